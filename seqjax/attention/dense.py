@@ -1,0 +1,189 @@
+"""Dense (full) scaled dot-product attention, Vaswani et al. 2017, eq. (1):
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(D) + mask) V
+
+Implementations (option ``implementation``), all exact and mask-identical:
+  * ``"reference"``: materializes the ``[B, H, T, S]`` logits in float32. The ground truth
+    every other mechanism is tested against.
+  * ``"chunked"``: blockwise online softmax with a recomputing backward pass
+    (``seqjax.attention.blockwise``); memory linear in sequence length, and causal
+    attention skips the key blocks the mask removes entirely.
+  * ``"cudnn"``: ``jax.nn.dot_product_attention(implementation="cudnn")`` on NVIDIA GPUs.
+  * ``"auto"`` (default): cuDNN on a GPU when the shapes and dtype allow it, otherwise
+    ``reference`` for short sequences and ``chunked`` for long ones.
+
+Legend: B batch, T query length, S key length, H heads, D head dim.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from seqjax.attention import blockwise
+from seqjax.attention import masks as masks_lib
+from seqjax.attention import registry
+
+IMPLEMENTATIONS = ("auto", "reference", "chunked", "cudnn")
+# Above this many logits per (batch, head), "auto" on CPU/TPU switches to "chunked".
+AUTO_CHUNK_THRESHOLD = 2048 * 2048
+
+
+def _softmax_masked(logits, valid):
+    """Softmax over the last axis in float32; fully masked rows give zeros, not NaN."""
+    if valid is not None:
+        logits = jnp.where(valid, logits, -jnp.inf)
+    m = logits.max(-1, keepdims=True)
+    m = jax.lax.stop_gradient(jnp.where(jnp.isfinite(m), m, 0.0))
+    e = jnp.exp(logits - m)
+    denom = e.sum(-1, keepdims=True)
+    return e / jnp.where(denom == 0.0, 1.0, denom)
+
+
+def reference_attention(
+    q,
+    k,
+    v,
+    *,
+    causal=False,
+    mask=None,
+    segment_ids=None,
+    scale=None,
+    dropout_rate=0.0,
+    dropout_rng=None,
+):
+    """Dense attention that materializes the logits (the ground truth).
+
+    Args:
+      q: ``[B, T, H, D]``; k: ``[B, S, H, D]``; v: ``[B, S, H, Dv]``.
+      causal, mask, segment_ids: see ``seqjax.attention.masks``.
+      scale: logit scale, default ``1/sqrt(D)``.
+      dropout_rate, dropout_rng: dropout on the attention probabilities.
+
+    Returns:
+      ``[B, T, H, Dv]`` in the dtype of ``q``.
+    """
+    b, t, _, d = q.shape
+    s = k.shape[1]
+    scale = scale if scale is not None else 1.0 / np.sqrt(d)
+    logits_BHTS = jnp.einsum("bthd,bshd->bhts", q, k, preferred_element_type=jnp.float32)
+    valid = masks_lib.dense_mask(b, t, s, causal=causal, mask=mask, segment_ids=segment_ids)
+    probs_BHTS = _softmax_masked(logits_BHTS * scale, valid)
+    if dropout_rate > 0.0:
+        if dropout_rng is None:
+            raise ValueError("dropout_rate > 0 needs a dropout_rng")
+        keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, probs_BHTS.shape)
+        probs_BHTS = probs_BHTS * keep / (1.0 - dropout_rate)
+    out = jnp.einsum(
+        "bhts,bshd->bthd", probs_BHTS.astype(v.dtype), v, preferred_element_type=jnp.float32
+    )
+    return out.astype(q.dtype)
+
+
+def chunked_attention(q, k, v, *, causal=False, block_q=512, block_k=512, **kwargs):
+    """Memory-efficient exact attention (FlashAttention in JAX); see ``blockwise``.
+
+    Blocks are clipped to the sequence lengths, so short inputs use a single block.
+    """
+    t, s = q.shape[1], k.shape[1]
+    bq, bk = min(block_q, t), min(block_k, s)
+    nq, nk = -(-t // bq), -(-s // bk)
+    table, count = blockwise.dense_table(
+        nq, nk, bq, bk, causal=causal, offset=masks_lib.causal_offset(t, s)
+    )
+    return blockwise.blockwise_attention(
+        q, k, v, table=table, count=count, block_q=bq, block_k=bk, causal=causal, **kwargs
+    )
+
+
+def _on_gpu() -> bool:
+    return jax.default_backend() == "gpu"
+
+
+def _cudnn_supported(q, k, v, dropout_rate) -> bool:
+    return (
+        q.dtype in (jnp.bfloat16, jnp.float16)
+        and q.dtype == k.dtype == v.dtype
+        and q.shape[-1] <= 128
+        and q.shape[-1] % 8 == 0
+        and q.shape[-1] == v.shape[-1]
+        and dropout_rate == 0.0
+    )
+
+
+def cudnn_attention(
+    q, k, v, *, causal=False, mask=None, segment_ids=None, scale=None, **unused_dropout
+):
+    """cuDNN fused attention through ``jax.nn.dot_product_attention`` (GPU only).
+
+    Masks are passed as one boolean ``[B, 1, T, S]`` mask so that the bottom-right causal
+    alignment and packed segments match the other implementations exactly.
+    """
+    if not _on_gpu():
+        raise ValueError(
+            "dense implementation 'cudnn' needs an NVIDIA GPU backend; "
+            f"this process runs on {jax.default_backend()!r}. Use 'auto', 'chunked' or "
+            "'reference'."
+        )
+    b, t, _, _ = q.shape
+    s = k.shape[1]
+    valid = masks_lib.dense_mask(b, t, s, causal=causal, mask=mask, segment_ids=segment_ids)
+    out = jax.nn.dot_product_attention(q, k, v, mask=valid, scale=scale, implementation="cudnn")
+    if valid is not None:  # rows with no visible key are defined as zeros
+        any_key = valid.any(-1)[:, 0, :, None, None]  # [B, T, 1, 1]
+        out = jnp.where(any_key, out, 0)
+    return out
+
+
+def dense_attention(q, k, v, *, implementation="auto", block_q=512, block_k=512, **kwargs):
+    """Full attention under the registry name ``"dense"``; see module docstring.
+
+    Args:
+      q, k, v: ``[B, T, H, D]``, ``[B, S, H, D]``, ``[B, S, H, Dv]``.
+      implementation: one of ``IMPLEMENTATIONS``.
+      block_q, block_k: block sizes of ``"chunked"``.
+      **kwargs: ``causal``, ``mask``, ``segment_ids``, ``scale``, ``dropout_rate``,
+        ``dropout_rng``.
+    """
+    registry.check_qkv(q, k, v)
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(
+            f"unknown dense implementation {implementation!r}; valid: {', '.join(IMPLEMENTATIONS)}"
+        )
+    if implementation == "auto":
+        if _on_gpu() and _cudnn_supported(q, k, v, kwargs.get("dropout_rate", 0.0)):
+            implementation = "cudnn"
+        elif q.shape[1] * k.shape[1] > AUTO_CHUNK_THRESHOLD:
+            implementation = "chunked"
+        else:
+            implementation = "reference"
+    if implementation == "reference":
+        return reference_attention(q, k, v, **kwargs)
+    if implementation == "chunked":
+        return chunked_attention(q, k, v, block_q=block_q, block_k=block_k, **kwargs)
+    return cudnn_attention(q, k, v, **kwargs)
+
+
+def causal_attention(q, k, v, **kwargs):
+    """``dense`` with ``causal=True`` (registered as ``"causal"`` for decoder configs)."""
+    kwargs["causal"] = True
+    return dense_attention(q, k, v, **kwargs)
+
+
+registry.register(
+    registry.Mechanism(
+        name="dense",
+        fn=dense_attention,
+        options=("implementation", "block_q", "block_k"),
+        doc="full softmax attention (Vaswani et al. 2017); reference | chunked | cudnn | auto",
+    )
+)
+registry.register(
+    registry.Mechanism(
+        name="causal",
+        fn=causal_attention,
+        options=("implementation", "block_q", "block_k"),
+        doc="dense attention with the causal mask always on (decoders)",
+    )
+)

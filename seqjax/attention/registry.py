@@ -1,0 +1,125 @@
+"""The one attention interface: a registry of named mechanisms.
+
+Every mechanism is a pure function
+
+    fn(q_BTHD, k_BSHD, v_BSHD, *, causal=False, mask=None, segment_ids=None,
+       dropout_rate=0.0, dropout_rng=None, **options) -> out_BTHD
+
+on arrays in the layout of ``jax.nn.dot_product_attention``.
+
+Legend: B batch, T query length, S key/value length, H heads, D head dim.
+
+A mechanism that owns parameters (Linformer's E/F projections, Transformer-XL's u/v and
+position projection) declares a ``module_params`` hook: the Flax ``MultiHeadAttention``
+module calls it inside its own scope to create those parameters and passes the result to
+the function as extra keyword arguments. A mechanism with shared queries and keys
+(Reformer's LSH attention) sets ``shared_qk`` so the module builds no key projection.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax.numpy as jnp
+
+
+@dataclasses.dataclass(frozen=True)
+class Mechanism:
+    """A registered attention mechanism.
+
+    Attributes:
+      name: registry name (``seqjax.attention.get(name)``).
+      fn: the pure attention function (see module docstring).
+      shared_qk: keys are derived from queries inside ``fn``; the module passes ``k=None``.
+      module_params: optional ``hook(module, *, q, k, v, options) -> dict`` called inside
+        ``MultiHeadAttention``'s compact scope to create parameters; the returned dict is
+        passed to ``fn`` as keyword arguments.
+      options: the option names the mechanism accepts beyond the common ones (for clear
+        error messages on typos).
+      validate: optional ``hook(options, seq_len) -> None`` raising ``ValueError`` for
+        options inconsistent with a sequence length; called by config validation before
+        anything compiles.
+      doc: one line shown by ``seqjax.attention.describe()``.
+    """
+
+    name: str
+    fn: Callable[..., Any]
+    shared_qk: bool = False
+    module_params: Callable[..., dict] | None = None
+    options: tuple[str, ...] = ()
+    validate: Callable[[dict, int], None] | None = None
+    doc: str = ""
+
+
+COMMON_OPTIONS = ("causal", "mask", "segment_ids", "dropout_rate", "dropout_rng", "scale")
+
+_REGISTRY: dict[str, Mechanism] = {}
+
+
+def register(mechanism: Mechanism) -> Mechanism:
+    """Adds a mechanism to the registry (a new mechanism is one file and one call here)."""
+    if mechanism.name in _REGISTRY:
+        raise ValueError(f"attention mechanism {mechanism.name!r} is already registered")
+    _REGISTRY[mechanism.name] = mechanism
+    return mechanism
+
+
+def names() -> list[str]:
+    """Sorted names of every registered mechanism."""
+    return sorted(_REGISTRY)
+
+
+def spec(name: str) -> Mechanism:
+    """The full ``Mechanism`` record for ``name`` (raises a clear ``ValueError``)."""
+    if not isinstance(name, str) or name not in _REGISTRY:
+        raise ValueError(f"unknown attention mechanism {name!r}; valid names: {', '.join(names())}")
+    return _REGISTRY[name]
+
+
+def get(name: str) -> Callable[..., Any]:
+    """The attention function registered under ``name``."""
+    return spec(name).fn
+
+
+def describe() -> str:
+    """A table of the registered mechanisms, one line each (for READMEs and ``--help``)."""
+    return "\n".join(f"{n:16s} {_REGISTRY[n].doc}" for n in names())
+
+
+def check_options(name: str, options: dict) -> None:
+    """Raises ``ValueError`` naming the valid options if ``options`` has an unknown key."""
+    mech = spec(name)
+    valid = set(COMMON_OPTIONS) | set(mech.options)
+    unknown = sorted(set(options) - valid)
+    if unknown:
+        raise ValueError(
+            f"attention {name!r} got unknown option(s) {unknown}; valid options: {sorted(valid)}"
+        )
+
+
+def check_qkv(q, k, v, *, shared_qk: bool = False) -> None:
+    """Validates ranks and shapes of ``[B, T, H, D]`` inputs with clear messages."""
+    arrays = {"q": q, "v": v} if shared_qk else {"q": q, "k": k, "v": v}
+    for nm, x in arrays.items():
+        if jnp.ndim(x) != 4:
+            raise ValueError(
+                f"attention input {nm} must have rank 4 [batch, seq, heads, head_dim]; "
+                f"got shape {tuple(jnp.shape(x))}"
+            )
+    if not shared_qk:
+        if q.shape[-1] != k.shape[-1]:
+            raise ValueError(
+                f"head_dim mismatch: q has head_dim {q.shape[-1]} but k has {k.shape[-1]}; "
+                "q and k must share head_dim"
+            )
+        if k.shape[:3] != v.shape[:3]:
+            raise ValueError(
+                f"k and v must agree in [batch, seq, heads]; got k {k.shape} and v {v.shape}"
+            )
+    kv = v
+    if q.shape[0] != kv.shape[0] or q.shape[2] != kv.shape[2]:
+        raise ValueError(
+            f"q and k/v must agree in batch and heads; got q {q.shape} and v {kv.shape}"
+        )
