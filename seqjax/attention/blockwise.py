@@ -181,7 +181,9 @@ def blockwise_attention(
                 if keep is not None:
                     p = p * keep
                 pv = jnp.einsum(
-                    "bhqk,bkhd->bhqd", p.astype(vp.dtype), v_blk,
+                    "bhqk,bkhd->bhqd",
+                    p.astype(vp.dtype),
+                    v_blk,
                     preferred_element_type=jnp.float32,
                 )
                 return m_new, l, acc * corr[..., None] + pv
@@ -220,14 +222,18 @@ def blockwise_attention(
                 p = jnp.where(valid, jnp.exp(logits(q_blk, k_blk) - lse_safe[i][..., None]), 0.0)
                 p_drop = p if keep is None else p * keep
                 dv = dv + jnp.einsum(
-                    "bhqk,bqhd->bkhd", p_drop.astype(g_c.dtype), g_blk,
+                    "bhqk,bqhd->bkhd",
+                    p_drop.astype(g_c.dtype),
+                    g_blk,
                     preferred_element_type=jnp.float32,
                 )
                 dp = jnp.einsum("bqhd,bkhd->bhqk", g_blk, v_blk, preferred_element_type=jnp.float32)
                 if keep is not None:
                     dp = dp * keep
                 ds = (p * (dp - delta[i][..., None]) * scale).astype(qp.dtype)
-                dk = dk + jnp.einsum("bhqk,bqhd->bkhd", ds, q_blk, preferred_element_type=jnp.float32)
+                dk = dk + jnp.einsum(
+                    "bhqk,bqhd->bkhd", ds, q_blk, preferred_element_type=jnp.float32
+                )
                 dq_i = jnp.einsum("bhqk,bkhd->bqhd", ds, k_blk, preferred_element_type=jnp.float32)
                 dq = jax.lax.dynamic_update_slice_in_dim(
                     dq, slice_rows(dq, i * bq, bq) + dq_i, i * bq, axis=1

@@ -21,9 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax.attention import blockwise
+from seqjax.attention import blockwise, registry
 from seqjax.attention import masks as masks_lib
-from seqjax.attention import registry
 
 IMPLEMENTATIONS = ("auto", "reference", "chunked", "cudnn")
 # Above this many logits per (batch, head), "auto" on CPU/TPU switches to "chunked".

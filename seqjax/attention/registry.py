@@ -36,6 +36,10 @@ class Mechanism:
       module_params: optional ``hook(module, *, q, k, v, options) -> dict`` called inside
         ``MultiHeadAttention``'s compact scope to create parameters; the returned dict is
         passed to ``fn`` as keyword arguments.
+      model_params: optional ``hook(module, *, cfg, options) -> dict`` called once in the
+        model's scope (``cfg`` is the ``TransformerConfig``) for parameters shared by every
+        layer using this mechanism (layerwise Linformer's single E); the dict reaches
+        ``fn`` through the layers' ``extra`` keyword arguments.
       options: the option names the mechanism accepts beyond the common ones (for clear
         error messages on typos).
       validate: optional ``hook(options, seq_len) -> None`` raising ``ValueError`` for
@@ -48,6 +52,7 @@ class Mechanism:
     fn: Callable[..., Any]
     shared_qk: bool = False
     module_params: Callable[..., dict] | None = None
+    model_params: Callable[..., dict] | None = None
     options: tuple[str, ...] = ()
     validate: Callable[[dict, int], None] | None = None
     doc: str = ""

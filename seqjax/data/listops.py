@@ -1,0 +1,161 @@
+"""ListOps generator (Long Range Arena, Tay et al. 2020; ../shared/PAPERS.md §6).
+
+Follows LRA's `listops.py` generator: a node at depth < `max_depth` is an operator with
+probability 0.25 (`VALUE_P`), otherwise a digit 0-9; nodes at `max_depth` are digits; an operator
+node takes 2..`max_args` arguments and is one of MIN, MAX, MED (int of the median), SM (sum mod
+10). The length counts 1 per digit and 2 per operator (the operator and its closing `]`; LRA's
+parentheses are not tokens), and a tree is kept when `min_length < length < max_length`.
+Duplicates are removed. Differences from the reference, all deliberate: the split is seeded
+(LRA's was not), the operator is drawn before its arguments (same distribution), and a tree is
+abandoned as soon as it reaches `max_length` (it would be rejected anyway).
+
+Parallel and deterministic: the work is cut into jobs of `JOB_SIZE` accepted trees, job j drawing
+from `random.Random(f"{seed}/{j}")`; the jobs' outputs are concatenated in job order and
+deduplicated keeping first occurrences, so the data set does not depend on the process count.
+
+Tokens (vocabulary 16): 0 padding, 1..10 the digits 0..9, 11..14 `[MIN [MAX [MED [SM`, 15 `]`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import os
+import random
+
+import numpy as np
+
+VALUE_P = 0.25  # LRA: probability that a node (above max depth) is an operator
+OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
+END = "]"
+PAD_ID = 0
+DIGIT0_ID = 1  # digit d -> id d + 1
+OP0_ID = 11  # operator k -> id 11 + k
+END_ID = 15
+VOCAB_SIZE = 16
+NUM_CLASSES = 10
+TOKENS = ("<pad>",) + tuple(str(d) for d in range(10)) + OPERATORS + (END,)
+JOB_SIZE = 250
+
+
+@dataclasses.dataclass(frozen=True)
+class ListOpsSpec:
+    """What to generate (the fields of `config.data` named `listops_*`)."""
+
+    seed: int = 0
+    train_size: int = 96_000
+    validation_size: int = 2_000
+    test_size: int = 2_000
+    min_length: int = 500
+    max_length: int = 2_000
+    max_depth: int = 10
+    max_args: int = 10
+
+    @property
+    def total(self) -> int:
+        return self.train_size + self.validation_size + self.test_size
+
+    @property
+    def name(self) -> str:
+        return (
+            f"s{self.seed}_n{self.train_size}_{self.validation_size}_{self.test_size}"
+            f"_len{self.min_length}_{self.max_length}_d{self.max_depth}_a{self.max_args}"
+        )
+
+
+class _TooLong(Exception):
+    pass
+
+
+def _apply(op: int, args: list[int]) -> int:
+    if op == 0:
+        return min(args)
+    if op == 1:
+        return max(args)
+    if op == 2:
+        return int(np.median(args))  # LRA: int(np.median(x)), i.e. floor of the mean of the middle
+    return sum(args) % 10
+
+
+def _tree(rng: random.Random, depth: int, spec: ListOpsSpec, out: list[int]) -> int:
+    """Appends one subtree's tokens to `out` and returns its value."""
+    if len(out) >= spec.max_length:
+        raise _TooLong
+    if depth < spec.max_depth and rng.random() <= VALUE_P:
+        op = rng.randrange(len(OPERATORS))
+        out.append(OP0_ID + op)
+        args = [_tree(rng, depth + 1, spec, out) for _ in range(rng.randint(2, spec.max_args))]
+        out.append(END_ID)
+        return _apply(op, args)
+    value = rng.randrange(10)
+    out.append(DIGIT0_ID + value)
+    return value
+
+
+def generate_job(spec: ListOpsSpec, job: int) -> list[tuple[bytes, int]]:
+    """Job `job`'s `JOB_SIZE` accepted trees as (token bytes, label)."""
+    rng = random.Random(f"listops/{spec.seed}/{job}")
+    found = []
+    while len(found) < JOB_SIZE:
+        out: list[int] = []
+        try:
+            label = _tree(rng, 1, spec, out)
+        except _TooLong:
+            continue
+        if spec.min_length < len(out) < spec.max_length:
+            found.append((bytes(out), label))
+    return found
+
+
+def _generate_job_star(args):
+    return generate_job(*args)
+
+
+def generate(spec: ListOpsSpec, num_procs: int = 0) -> dict[str, list[tuple[bytes, int]]]:
+    """Generates the train/validation/test splits (disjoint, without duplicates).
+
+    Args:
+      spec: sizes and tree parameters.
+      num_procs: worker processes (0: all cores; 1: in this process).
+
+    Returns:
+      `{split: [(tokens as bytes of ids, label)]}`.
+    """
+    num_procs = num_procs or os.cpu_count() or 1
+    seen: set[bytes] = set()
+    examples: list[tuple[bytes, int]] = []
+    next_job = 0
+    pool = None
+    try:
+        while len(examples) < spec.total:
+            # Jobs still needed, plus 2% for duplicates; results are consumed in job order.
+            missing = spec.total - len(examples)
+            n_jobs = -(-int(missing * 1.02 + 1) // JOB_SIZE)
+            jobs = [(spec, j) for j in range(next_job, next_job + n_jobs)]
+            next_job += n_jobs
+            if num_procs > 1 and n_jobs > 1 and pool is None:
+                pool = multiprocessing.get_context("spawn").Pool(min(num_procs, n_jobs))
+            results = pool.imap(_generate_job_star, jobs) if pool else map(_generate_job_star, jobs)
+            for found in results:
+                for tokens, label in found:
+                    if tokens not in seen and len(examples) < spec.total:
+                        seen.add(tokens)
+                        examples.append((tokens, label))
+    finally:
+        if pool is not None:
+            pool.terminate()
+    a = spec.train_size
+    b = a + spec.validation_size
+    return {"train": examples[:a], "validation": examples[a:b], "test": examples[b:]}
+
+
+def decode(ids) -> str:
+    """Token ids -> LRA-style text, e.g. `[MAX 2 9 ]` (padding dropped)."""
+    return " ".join(TOKENS[int(i)] for i in np.asarray(ids).reshape(-1) if int(i) != PAD_ID)
+
+
+def encode(text: str) -> np.ndarray:
+    """LRA-style text -> int32 ids `[n]` (LRA's parentheses are ignored)."""
+    index = {t: i for i, t in enumerate(TOKENS)}
+    words = text.replace("(", " ").replace(")", " ").split()
+    return np.array([index[w] for w in words], dtype=np.int32)

@@ -1,0 +1,274 @@
+"""Flax Linen building blocks: multi-head attention over any registered mechanism, MLP,
+positional embeddings.
+
+Legend: B batch, T query length, S key length, H heads, D head dim, E model width (embed),
+F feed-forward width (mlp), L max length.
+
+Logical axis names on parameters (mapped to mesh axes by ``seqjax.train.sharding``):
+``vocab``, ``embed``, ``heads``, ``kv``, ``mlp``, ``length``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from seqjax import attention as attention_lib
+
+Dtype = Any
+
+
+def freeze_options(options) -> tuple[tuple[str, Any], ...]:
+    """Turns an options mapping into a hashable, sorted tuple (Flax module fields)."""
+    if options is None:
+        return ()
+    if isinstance(options, tuple):
+        return options
+    items = options.items() if hasattr(options, "items") else options
+
+    def _freeze(v):
+        if isinstance(v, (list, tuple)):
+            return tuple(_freeze(x) for x in v)
+        return v
+
+    return tuple(sorted((str(k), _freeze(v)) for k, v in items))
+
+
+def dense_init(scale: float = 1.0):
+    """Fan-in truncated-normal initializer with a variance multiplier.
+
+    ``scale = 1 / (2 N)`` gives the Sparse Transformer / GPT-2 residual scaling
+    (Child et al. 2019, §5.2: W2 and output projections scaled by 1/sqrt(2N)).
+    """
+    return nn.initializers.variance_scaling(scale, "fan_in", "truncated_normal")
+
+
+def sinusoidal_positions(length: int, width: int) -> np.ndarray:
+    """Vaswani et al. 2017, §3.5: PE[p, 2i] = sin(p / 10000^(2i/E)), PE[p, 2i+1] = cos(...).
+
+    Returns:
+      float32 ``[length, width]``.
+    """
+    pos = np.arange(length, dtype=np.float64)[:, None]
+    i = np.arange(0, width, 2, dtype=np.float64)[None, :]
+    angle = pos / np.power(10000.0, i / width)
+    pe = np.zeros((length, width), np.float32)
+    pe[:, 0::2] = np.sin(angle)
+    pe[:, 1::2] = np.cos(angle[:, : width // 2])
+    return pe
+
+
+class MultiHeadAttention(nn.Module):
+    """Q/K/V/output projections around any registered attention mechanism.
+
+    The mechanism is chosen by name (``seqjax.attention.names()``) with its options, so a
+    model switches mechanism per layer by config alone. Mechanisms that own parameters
+    create them through their ``module_params`` hook inside this module's scope; shared-QK
+    mechanisms (LSH) get no key projection.
+
+    Attributes:
+      num_heads: H.
+      head_dim: D.
+      mechanism: registry name.
+      options: the mechanism's options (a frozen tuple of items, see ``freeze_options``).
+      causal: decoder (causal) attention.
+      dropout_rate: dropout on attention probabilities.
+      out_init_scale: variance multiplier of the output projection (1/(2N) residual scaling).
+      dtype: compute dtype; parameters are ``param_dtype``.
+      decode: autoregressive decoding with a KV cache ("cache" collection), one token per
+        call; only for mechanisms that attend over explicit keys (dense family).
+    """
+
+    num_heads: int
+    head_dim: int
+    mechanism: str = "dense"
+    options: tuple = ()
+    causal: bool = False
+    dropout_rate: float = 0.0
+    out_init_scale: float = 1.0
+    dtype: Dtype = jnp.float32
+    param_dtype: Dtype = jnp.float32
+    decode: bool = False
+
+    def _proj(self, name: str, x):
+        return nn.DenseGeneral(
+            features=(self.num_heads, self.head_dim),
+            axis=-1,
+            dtype=self.dtype,
+            param_dtype=self.param_dtype,
+            kernel_init=nn.with_logical_partitioning(dense_init(), ("embed", "heads", "kv")),
+            use_bias=False,
+            name=name,
+        )(x)
+
+    @nn.compact
+    def __call__(
+        self,
+        x_BTE,
+        x_kv_BSE=None,
+        *,
+        mask_BS=None,
+        segment_ids=None,
+        deterministic: bool = True,
+        extra: dict | None = None,
+    ):
+        """Attends from ``x_BTE`` to ``x_kv_BSE`` (self-attention when None).
+
+        Args:
+          x_BTE: ``[B, T, E]`` queries' inputs.
+          x_kv_BSE: ``[B, S, E]`` keys'/values' inputs, default ``x_BTE``.
+          mask_BS: boolean key-padding mask ``[B, S]``, True = keep.
+          segment_ids: packed-sequence ids (see ``seqjax.attention.masks``).
+          deterministic: disables dropout.
+          extra: keyword arguments passed to the mechanism as they are (e.g. parameters
+            owned by the model and shared by layers, such as layerwise Linformer's E).
+
+        Returns:
+          ``[B, T, E]``.
+        """
+        mech = attention_lib.spec(self.mechanism)
+        options = dict(self.options)
+        attention_lib.check_options(self.mechanism, options)
+        x_kv_BSE = x_BTE if x_kv_BSE is None else x_kv_BSE
+        q_BTHD = self._proj("query", x_BTE)
+        k_BSHD = None if mech.shared_qk else self._proj("key", x_kv_BSE)
+        v_BSHD = self._proj("value", x_kv_BSE)
+        kwargs = dict(options)
+        if mech.module_params is not None:
+            kwargs.update(mech.module_params(self, q=q_BTHD, k=k_BSHD, v=v_BSHD, options=options))
+        kwargs.update(extra or {})
+        if self.dropout_rate > 0.0 and not deterministic:
+            kwargs["dropout_rate"] = self.dropout_rate
+            kwargs["dropout_rng"] = self.make_rng("dropout")
+        causal = self.causal
+        if self.decode and not self.is_initializing():
+            k_BSHD, v_BSHD, mask_BS = self._update_cache(k_BSHD, v_BSHD)
+            causal = False  # the cache mask already hides future slots
+        elif self.decode:
+            self._update_cache(k_BSHD, v_BSHD)  # creates the cache at full length
+        out_BTHD = mech.fn(
+            q_BTHD, k_BSHD, v_BSHD, causal=causal, mask=mask_BS, segment_ids=segment_ids, **kwargs
+        )
+        return nn.DenseGeneral(
+            features=x_BTE.shape[-1],
+            axis=(-2, -1),
+            dtype=self.dtype,
+            param_dtype=self.param_dtype,
+            kernel_init=nn.with_logical_partitioning(
+                dense_init(self.out_init_scale), ("heads", "kv", "embed")
+            ),
+            use_bias=False,
+            name="out",
+        )(out_BTHD)
+
+    def _update_cache(self, k_B1HD, v_B1HD):
+        """Writes one step's key/value into the cache; returns full cache and its mask."""
+        if k_B1HD is None:
+            raise ValueError(f"decode=True needs explicit keys; {self.mechanism!r} has none")
+        is_init = self.has_variable("cache", "cached_key")
+        if is_init and k_B1HD.shape[1] != 1:
+            raise ValueError("decode=True feeds exactly one token per call")
+        # Shapes come from the init call, which sees the full [B, L, ...] sequence.
+        ck = self.variable("cache", "cached_key", jnp.zeros, k_B1HD.shape, k_B1HD.dtype)
+        cv = self.variable("cache", "cached_value", jnp.zeros, v_B1HD.shape, v_B1HD.dtype)
+        idx = self.variable("cache", "cache_index", lambda: jnp.zeros((), jnp.int32))
+        if not is_init:  # first call (init): variables now hold zeros of the full length
+            return k_B1HD, v_B1HD, None
+        i = idx.value
+        ck.value = jax.lax.dynamic_update_slice_in_dim(ck.value, k_B1HD, i, axis=1)
+        cv.value = jax.lax.dynamic_update_slice_in_dim(cv.value, v_B1HD, i, axis=1)
+        idx.value = i + 1
+        b, length = ck.value.shape[:2]
+        mask_BS = jnp.broadcast_to(jnp.arange(length)[None, :] <= i, (b, length))
+        return ck.value, cv.value, mask_BS
+
+
+class _MlpCore(nn.Module):
+    """Dense(F) -> GELU -> dropout -> Dense(E) on ``[B, T, E]``."""
+
+    hidden: int
+    dropout_rate: float = 0.0
+    out_init_scale: float = 1.0
+    dtype: Dtype = jnp.float32
+    param_dtype: Dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x_BTE, deterministic: bool = True):
+        h_BTF = nn.Dense(
+            self.hidden,
+            dtype=self.dtype,
+            param_dtype=self.param_dtype,
+            kernel_init=nn.with_logical_partitioning(dense_init(), ("embed", "mlp")),
+            bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("mlp",)),
+            name="up",
+        )(x_BTE)
+        h_BTF = nn.Dropout(self.dropout_rate)(nn.gelu(h_BTF), deterministic=deterministic)
+        return nn.Dense(
+            x_BTE.shape[-1],
+            dtype=self.dtype,
+            param_dtype=self.param_dtype,
+            kernel_init=nn.with_logical_partitioning(
+                dense_init(self.out_init_scale), ("mlp", "embed")
+            ),
+            bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
+            name="down",
+        )(h_BTF)
+
+
+class Mlp(nn.Module):
+    """Position-wise feed-forward: Dense(F) -> GELU -> dropout -> Dense(E).
+
+    ``chunk_size`` applies it to pieces of ``chunk_size`` positions at a time, each
+    rematerialized in the backward pass (Kitaev et al. 2020, §3 "Chunking"), so the
+    ``[B, T, F]`` hidden activation never exists for the whole sequence at once.
+    """
+
+    hidden: int
+    dropout_rate: float = 0.0
+    out_init_scale: float = 1.0
+    chunk_size: int = 0
+    dtype: Dtype = jnp.float32
+    param_dtype: Dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x_BTE, *, deterministic: bool = True):
+        t = x_BTE.shape[1]
+        chunked = 0 < self.chunk_size < t
+        core_cls = nn.remat(_MlpCore, static_argnums=(2,)) if chunked else _MlpCore
+        core = core_cls(
+            self.hidden,
+            self.dropout_rate,
+            self.out_init_scale,
+            self.dtype,
+            self.param_dtype,
+            name="core",
+        )
+        if not chunked:
+            return core(x_BTE, deterministic)
+        if t % self.chunk_size:
+            raise ValueError(
+                f"model.ff_chunk_size={self.chunk_size} must divide the sequence length {t}"
+            )
+        pieces = jnp.split(x_BTE, t // self.chunk_size, axis=1)
+        return jnp.concatenate([core(p, deterministic) for p in pieces], axis=1)
+
+
+def layer_norm(dtype=jnp.float32, name: str | None = None):
+    """LayerNorm computed in float32 with logical axis names on its scale and bias."""
+    return nn.LayerNorm(
+        dtype=jnp.float32,
+        param_dtype=jnp.float32,
+        scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
+        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
+        name=name,
+    )
+
+
+def cycle(items: Sequence, n: int) -> list:
+    """``items`` repeated to length ``n`` (per-layer patterns such as lsh, dense, ...)."""
+    return [items[i % len(items)] for i in range(n)]

@@ -1,0 +1,313 @@
+"""Transformer models (Flax Linen): a decoder-only LM and an encoder classifier.
+
+Legend: B batch, T sequence length, E model width, V vocabulary, C classes.
+
+Both are pre-LayerNorm Transformers (Child et al. 2019, §5.2: pre-activation residual
+blocks, GELU, FF width 4E, residual projections initialized with variance 1/(2N)) whose
+attention mechanism is chosen per layer by name, so a config alone switches between
+dense, sparse, Linformer, LSH, ... attention.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from seqjax import attention as attention_lib
+from seqjax.models import layers
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+POSITIONALS = ("sinusoidal", "learned", "none")
+POOLINGS = ("mean", "cls")
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+    """Static hyper-parameters of ``TransformerLM`` / ``TransformerClassifier``.
+
+    Attributes:
+      vocab_size: V.
+      num_layers, num_heads, d_model: N, H, E.
+      head_dim: D; 0 means E // H.
+      d_ff: feed-forward width; 0 means 4 E.
+      max_len: longest sequence (learned positions, decode cache).
+      dropout_rate: residual/embedding dropout; attention_dropout_rate: on probabilities.
+      attention: per-layer cycle of ``(mechanism name, frozen options)``; layer i uses
+        ``attention[i % len(attention)]``.
+      positional: "sinusoidal" | "learned" | "none".
+      tie_embeddings: output logits use the token embedding matrix.
+      dtype: compute dtype name ("float32" | "bfloat16"); parameters stay float32.
+      ff_chunk_size: apply the MLP to chunks of this many positions (0 = whole sequence).
+      remat: rematerialize each block in the backward pass.
+      reversible: reversible residual layers (Kitaev et al. 2020); see ``reversible.py``.
+      causal: decoder attention (LM); the classifier is always bidirectional.
+      num_classes, pooling, pad_id: classifier head ("mean" or "cls" pooling; token id
+        ``pad_id`` marks padding, None = no padding).
+    """
+
+    vocab_size: int
+    num_layers: int = 2
+    num_heads: int = 4
+    d_model: int = 128
+    head_dim: int = 0
+    d_ff: int = 0
+    max_len: int = 256
+    dropout_rate: float = 0.0
+    attention_dropout_rate: float = 0.0
+    attention: tuple = (("dense", ()),)
+    positional: str = "sinusoidal"
+    tie_embeddings: bool = True
+    dtype: str = "float32"
+    ff_chunk_size: int = 0
+    remat: bool = False
+    reversible: bool = False
+    causal: bool = True
+    num_classes: int = 0
+    pooling: str = "mean"
+    pad_id: int | None = 0
+
+    def __post_init__(self):
+        checks = {
+            "positional": (self.positional, POSITIONALS),
+            "dtype": (self.dtype, tuple(DTYPES)),
+            "pooling": (self.pooling, POOLINGS),
+        }
+        for field, (value, valid) in checks.items():
+            if value not in valid:
+                raise ValueError(f"model.{field}={value!r} is not one of {valid}")
+        for name, opts in self.attention:
+            attention_lib.check_options(name, dict(opts))
+        if self.d_model % self.num_heads and not self.head_dim:
+            raise ValueError(
+                f"model.d_model={self.d_model} is not divisible by model.num_heads="
+                f"{self.num_heads}; set model.head_dim explicitly"
+            )
+
+    @property
+    def dim_head(self) -> int:
+        return self.head_dim or self.d_model // self.num_heads
+
+    @property
+    def dim_ff(self) -> int:
+        return self.d_ff or 4 * self.d_model
+
+    @property
+    def compute_dtype(self):
+        return DTYPES[self.dtype]
+
+    def layer_attention(self, i: int) -> tuple[str, tuple]:
+        return self.attention[i % len(self.attention)]
+
+
+def attention_cycle(names: str, options_by_name: Any = None) -> tuple:
+    """Builds ``TransformerConfig.attention`` from config fields.
+
+    Args:
+      names: a mechanism name or a comma-separated per-layer cycle, e.g. ``"lsh,dense"``.
+      options_by_name: mapping mechanism name -> options mapping (``config.model.
+        attention_options``); mechanisms without an entry use their defaults.
+    """
+    options_by_name = options_by_name or {}
+    cycle = []
+    for name in [n.strip() for n in names.split(",") if n.strip()]:
+        attention_lib.spec(name)  # clear error for unknown names
+        opts = options_by_name.get(name) if hasattr(options_by_name, "get") else None
+        cycle.append(
+            (name, layers.freeze_options(opts.to_dict() if hasattr(opts, "to_dict") else opts))
+        )
+    if not cycle:
+        raise ValueError(
+            f"model.attention={names!r} names no mechanism; valid: {attention_lib.names()}"
+        )
+    return tuple(cycle)
+
+
+class Block(nn.Module):
+    """Pre-LN residual block: x + Attn(LN(x)), then x + MLP(LN(x))."""
+
+    cfg: TransformerConfig
+    layer: int
+    causal: bool
+    decode: bool = False
+
+    @nn.compact
+    def __call__(self, x_BTE, mask_BS=None, segment_ids=None, deterministic=True, extra=None):
+        cfg = self.cfg
+        name, options = cfg.layer_attention(self.layer)
+        residual_scale = 1.0 / (2.0 * cfg.num_layers)
+        h = layers.layer_norm(name="ln_attn")(x_BTE).astype(cfg.compute_dtype)
+        h = layers.MultiHeadAttention(
+            num_heads=cfg.num_heads,
+            head_dim=cfg.dim_head,
+            mechanism=name,
+            options=options,
+            causal=self.causal,
+            dropout_rate=cfg.attention_dropout_rate,
+            out_init_scale=residual_scale,
+            dtype=cfg.compute_dtype,
+            decode=self.decode,
+            name="attn",
+        )(h, mask_BS=mask_BS, segment_ids=segment_ids, deterministic=deterministic, extra=extra)
+        x_BTE = x_BTE + nn.Dropout(cfg.dropout_rate)(h, deterministic=deterministic)
+        h = layers.layer_norm(name="ln_mlp")(x_BTE).astype(cfg.compute_dtype)
+        h = layers.Mlp(
+            cfg.dim_ff,
+            dropout_rate=cfg.dropout_rate,
+            out_init_scale=residual_scale,
+            chunk_size=cfg.ff_chunk_size,
+            dtype=cfg.compute_dtype,
+            name="mlp",
+        )(h, deterministic=deterministic)
+        x_BTE = x_BTE + nn.Dropout(cfg.dropout_rate)(h, deterministic=deterministic)
+        return nn.with_logical_constraint(x_BTE, ("batch", "length", "embed"))
+
+
+class Encoder(nn.Module):
+    """Token + position embedding followed by N blocks and a final LayerNorm."""
+
+    cfg: TransformerConfig
+    causal: bool
+    decode: bool = False
+
+    @nn.compact
+    def __call__(
+        self,
+        tokens_BT,
+        *,
+        mask_BS=None,
+        segment_ids=None,
+        positions_BT=None,
+        deterministic=True,
+        prefix_BPE=None,
+    ):
+        cfg = self.cfg
+        embed = nn.Embed(
+            cfg.vocab_size,
+            cfg.d_model,
+            embedding_init=nn.with_logical_partitioning(
+                nn.initializers.normal(stddev=1.0), ("vocab", "embed")
+            ),
+            name="embed",
+        )
+        x_BTE = embed(tokens_BT)
+        if prefix_BPE is not None:  # e.g. a CLS vector prepended by the classifier
+            x_BTE = jnp.concatenate([prefix_BPE.astype(x_BTE.dtype), x_BTE], axis=1)
+        t = x_BTE.shape[1]
+        if positions_BT is None:
+            positions_BT = jnp.arange(t)[None, :]
+            if self.decode:
+                pos = self.variable("cache", "position", lambda: jnp.zeros((), jnp.int32))
+                if self.is_mutable_collection("cache") and not self.is_initializing():
+                    positions_BT = positions_BT + pos.value
+                    pos.value = pos.value + t
+        if cfg.positional == "sinusoidal":
+            table = jnp.asarray(layers.sinusoidal_positions(cfg.max_len, cfg.d_model))
+            x_BTE = x_BTE + table[positions_BT]
+        elif cfg.positional == "learned":
+            table = self.param(
+                "pos_embed",
+                nn.with_logical_partitioning(nn.initializers.normal(0.02), ("length", "embed")),
+                (cfg.max_len, cfg.d_model),
+            )
+            x_BTE = x_BTE + table[positions_BT]
+        x_BTE = nn.Dropout(cfg.dropout_rate)(x_BTE, deterministic=deterministic)
+        x_BTE = nn.with_logical_constraint(x_BTE, ("batch", "length", "embed"))
+        if cfg.reversible:
+            from seqjax.models import reversible  # optional module (Reformer)
+
+            x_BTE = reversible.ReversibleStack(cfg, causal=self.causal, name="reversible")(
+                x_BTE, mask_BS=mask_BS, segment_ids=segment_ids, deterministic=deterministic
+            )
+        else:
+            shared = self._shared_attention_params()
+            block_cls = nn.remat(Block, static_argnums=(4,)) if cfg.remat else Block
+            for i in range(cfg.num_layers):
+                x_BTE = block_cls(cfg, i, self.causal, self.decode, name=f"block_{i}")(
+                    x_BTE, mask_BS, segment_ids, deterministic, shared.get(cfg.layer_attention(i))
+                )
+        return layers.layer_norm(name="ln_final")(x_BTE), embed
+
+    def _shared_attention_params(self) -> dict:
+        """Parameters owned by the model and shared by layers (``Mechanism.model_params``).
+
+        Returns:
+          ``{(name, options): kwargs}`` for each distinct per-layer attention with a hook.
+        """
+        shared = {}
+        for name, options in dict.fromkeys(self.cfg.attention):
+            hook = attention_lib.spec(name).model_params
+            if hook is not None:
+                shared[(name, options)] = hook(self, cfg=self.cfg, options=dict(options))
+        return shared
+
+
+class TransformerLM(nn.Module):
+    """Decoder-only language model: tokens ``[B, T]`` -> float32 logits ``[B, T, V]``.
+
+    With ``decode=True`` the model consumes one token per call and keeps a KV cache in the
+    "cache" collection (initialize it with the full ``[B, max_len]`` shape).
+    """
+
+    cfg: TransformerConfig
+    decode: bool = False
+
+    @nn.compact
+    def __call__(self, tokens_BT, *, segment_ids=None, positions_BT=None, deterministic=True):
+        cfg = self.cfg
+        x_BTE, embed = Encoder(cfg, causal=cfg.causal, decode=self.decode, name="encoder")(
+            tokens_BT,
+            segment_ids=segment_ids,
+            positions_BT=positions_BT,
+            deterministic=deterministic,
+        )
+        if cfg.tie_embeddings:
+            logits_BTV = embed.attend(x_BTE.astype(jnp.float32))
+        else:
+            logits_BTV = nn.Dense(
+                cfg.vocab_size,
+                kernel_init=nn.with_logical_partitioning(layers.dense_init(), ("embed", "vocab")),
+                use_bias=False,
+                name="head",
+            )(x_BTE.astype(jnp.float32))
+        return logits_BTV.astype(jnp.float32)
+
+
+class TransformerClassifier(nn.Module):
+    """Bidirectional encoder + pooling + MLP head: tokens ``[B, T]`` -> logits ``[B, C]``.
+
+    Tokens equal to ``cfg.pad_id`` are masked out of attention and of mean pooling
+    (LRA byte-level Text / ListOps; Tay et al. 2020).
+    """
+
+    cfg: TransformerConfig
+
+    @nn.compact
+    def __call__(self, tokens_BT, *, deterministic=True):
+        cfg = self.cfg
+        b = tokens_BT.shape[0]
+        keep_BT = (
+            tokens_BT != cfg.pad_id if cfg.pad_id is not None else jnp.ones(tokens_BT.shape, bool)
+        )
+        prefix = None
+        if cfg.pooling == "cls":
+            cls_E = self.param(
+                "cls",
+                nn.with_logical_partitioning(nn.initializers.normal(0.02), ("embed",)),
+                (cfg.d_model,),
+            )
+            prefix = jnp.broadcast_to(cls_E, (b, 1, cfg.d_model))
+            keep_BT = jnp.concatenate([jnp.ones((b, 1), bool), keep_BT], axis=1)
+        x_BTE, _ = Encoder(cfg, causal=False, name="encoder")(
+            tokens_BT, mask_BS=keep_BT, deterministic=deterministic, prefix_BPE=prefix
+        )
+        x_BTE = x_BTE.astype(jnp.float32)
+        if cfg.pooling == "cls":
+            pooled_BE = x_BTE[:, 0]
+        else:
+            w_BT = keep_BT.astype(jnp.float32)
+            pooled_BE = (x_BTE * w_BT[..., None]).sum(1) / jnp.maximum(w_BT.sum(1), 1.0)[:, None]
+        h = nn.gelu(nn.Dense(cfg.d_model, name="pre_head")(pooled_BE))
+        return nn.Dense(cfg.num_classes, name="head")(h)
