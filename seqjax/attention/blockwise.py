@@ -88,6 +88,7 @@ def blockwise_attention(
     scale: float | None = None,
     dropout_rate: float = 0.0,
     dropout_rng=None,
+    return_lse: bool = False,
 ):
     """Exact attention restricted to the key blocks listed in ``table``.
 
@@ -102,9 +103,13 @@ def blockwise_attention(
       scale: logit scale, default ``1/sqrt(D)``.
       dropout_rate, dropout_rng: attention-probability dropout; the mask of block (i, j)
         comes from ``fold_in(dropout_rng, i * nk + j)``, so the backward pass regenerates it.
+      return_lse: also return the float32 log-sum-exp of the logits ``[B, H, T]`` (``-inf``
+        for rows with no visible key), differentiable, so partial attentions over disjoint
+        key sets can be merged exactly: ``out = sum_p exp(lse_p - lse) out_p`` with
+        ``lse = logsumexp_p lse_p`` (used by the sparse and LSH mechanisms).
 
     Returns:
-      ``[B, T, H, Dv]`` in the dtype of ``q``.
+      ``[B, T, H, Dv]`` in the dtype of ``q`` (and ``lse`` if ``return_lse``).
     """
     b, t, h, d = q.shape
     s = k.shape[1]
@@ -202,12 +207,15 @@ def blockwise_attention(
         out = out.transpose(1, 0, 2, 3, 4).reshape(b, nq * bq, h, dv)
         return out.astype(q.dtype), lse  # lse: [nq, B, H, bq]
 
-    def backward(res, g):
+    def backward(res, cotangents):
         qp, kp, vp, aux, out, lse = res
+        g, g_lse = cotangents
         g = g.astype(jnp.float32)
-        # delta_i = rowsum(dO * O): [B, H, T'] grouped per query block [nq, B, H, bq].
+        # delta_i = rowsum(dO * O) - dlse_i: [B, H, T'] grouped per query block [nq, B, H, bq].
+        # (d lse_i / d s_ij = P_ij, so an lse cotangent enters dS = P (dP - delta) as -dlse.)
         delta = jnp.einsum("bqhd,bqhd->bhq", g, out.astype(jnp.float32))
         delta = delta.reshape(b, h, nq, bq).transpose(2, 0, 1, 3)
+        delta = delta - jnp.where(jnp.isfinite(lse), g_lse, 0.0)
         lse_safe = jnp.where(jnp.isfinite(lse), lse, 0.0)
         g_c = g.astype(qp.dtype)
 
@@ -252,11 +260,16 @@ def blockwise_attention(
 
     @jax.custom_vjp
     def attend(qp, kp, vp, aux):
-        return forward(qp, kp, vp, aux)[0]
+        return forward(qp, kp, vp, aux)
 
     def attend_fwd(qp, kp, vp, aux):
         out, lse = forward(qp, kp, vp, aux)
-        return out, (qp, kp, vp, aux, out, lse)
+        return (out, lse), (qp, kp, vp, aux, out, lse)
 
     attend.defvjp(attend_fwd, backward)
-    return attend(qp, kp, vp, aux)[:, :t]
+    out, lse_nBHb = attend(qp, kp, vp, aux)
+    out = out[:, :t]
+    if not return_lse:
+        return out
+    lse_BHT = lse_nBHb.transpose(1, 2, 0, 3).reshape(b, h, nq * bq)[:, :, :t]
+    return out, lse_BHT

@@ -73,7 +73,10 @@ def _apply(op: int, args: list[int]) -> int:
     if op == 1:
         return max(args)
     if op == 2:
-        return int(np.median(args))  # LRA: int(np.median(x)), i.e. floor of the mean of the middle
+        # LRA: int(np.median(x)); for an even count the mean of the two middle values, floored.
+        s = sorted(args)
+        n = len(s)
+        return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) // 2
     return sum(args) % 10
 
 
@@ -81,13 +84,16 @@ def _tree(rng: random.Random, depth: int, spec: ListOpsSpec, out: list[int]) -> 
     """Appends one subtree's tokens to `out` and returns its value."""
     if len(out) >= spec.max_length:
         raise _TooLong
-    if depth < spec.max_depth and rng.random() <= VALUE_P:
-        op = rng.randrange(len(OPERATORS))
+    # `int(random() * k)` is a uniform draw from range(k) (much faster than `randrange`).
+    draw = rng.random
+    if depth < spec.max_depth and draw() <= VALUE_P:
+        op = int(draw() * len(OPERATORS))
         out.append(OP0_ID + op)
-        args = [_tree(rng, depth + 1, spec, out) for _ in range(rng.randint(2, spec.max_args))]
+        num_args = 2 + int(draw() * (spec.max_args - 1))  # uniform in 2..max_args
+        args = [_tree(rng, depth + 1, spec, out) for _ in range(num_args)]
         out.append(END_ID)
         return _apply(op, args)
-    value = rng.randrange(10)
+    value = int(draw() * 10)
     out.append(DIGIT0_ID + value)
     return value
 

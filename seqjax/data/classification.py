@@ -1,0 +1,126 @@
+"""TFDS builders for the LRA classification tasks: ListOps and byte-level IMDB (Text).
+
+Both store variable-length `tokens` (uint8) and a `label`; padding and truncation to
+`config.data.max_len` happen when batches are made, so one prepared data set serves the 1K and 4K
+configs. Metadata: `fingerprint` (sha256 of the source tarball for IMDB; of the generated
+examples for ListOps).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+import tarfile
+
+import numpy as np
+import tensorflow_datasets as tfds
+
+from seqjax.data import listops, sources
+from seqjax.data.corpora import _CorpusBuilder
+
+
+class _ClassificationBuilder(_CorpusBuilder, skip_registration=True):
+    """Variable-length uint8 `tokens` plus a class `label`."""
+
+    NUM_CLASSES = 2
+    LABEL_NAMES: tuple[str, ...] | None = None
+
+    def _info(self) -> tfds.core.DatasetInfo:
+        label = (
+            tfds.features.ClassLabel(names=list(self.LABEL_NAMES))
+            if self.LABEL_NAMES
+            else tfds.features.ClassLabel(num_classes=self.NUM_CLASSES)
+        )
+        return tfds.core.DatasetInfo(
+            builder=self,
+            description=self.ABOUT,
+            features=tfds.features.FeaturesDict(
+                {"tokens": tfds.features.Tensor(shape=(None,), dtype=np.uint8), "label": label}
+            ),
+            metadata=tfds.core.MetadataDict(),
+        )
+
+    def _generate_examples(self, examples):
+        for key, (tokens, label) in enumerate(examples):
+            yield key, {"tokens": np.frombuffer(tokens, dtype=np.uint8), "label": label}
+
+
+# ------------------------------------------------------------------------------------ ListOps
+
+
+@dataclasses.dataclass(eq=False)
+class ListOpsConfig(tfds.core.BuilderConfig):
+    """Config of `seqjax_listops` (named by its generator parameters)."""
+
+    spec: listops.ListOpsSpec = dataclasses.field(default_factory=listops.ListOpsSpec)
+    num_procs: int = 0
+
+
+def listops_config(spec: listops.ListOpsSpec, num_procs: int = 0) -> ListOpsConfig:
+    return ListOpsConfig(name=spec.name, spec=spec, num_procs=num_procs)
+
+
+class SeqjaxListops(_ClassificationBuilder):
+    """LRA ListOps, generated with a seed (see `seqjax.data.listops`)."""
+
+    ABOUT = "LRA ListOps: nested MIN/MAX/MED/SM over digits, 10 classes, 500 < length < 2000."
+    NUM_CLASSES = listops.NUM_CLASSES
+
+    def _split_generators(self, dl_manager):
+        spec = self.builder_config.spec
+        splits = listops.generate(spec, num_procs=self.builder_config.num_procs)
+        digest = hashlib.sha256(spec.name.encode())
+        for split in ("train", "validation", "test"):
+            for tokens, label in splits[split]:
+                digest.update(len(tokens).to_bytes(4, "little") + tokens + bytes([label]))
+        self.info.metadata.update(fingerprint=digest.hexdigest())
+        return {k: self._generate_examples(v) for k, v in splits.items()}
+
+
+# -------------------------------------------------------------------------------- IMDB (bytes)
+
+_IMDB_MEMBER = re.compile(r"(?:^|/)aclImdb/(train|test)/(pos|neg)/[^/]+\.txt$")
+
+
+class SeqjaxImdbBytes(_ClassificationBuilder):
+    """IMDB reviews (Maas et al. 2011) as raw bytes: LRA's byte-level Text task."""
+
+    ABOUT = "aclImdb v1 reviews as raw UTF-8 bytes; label 0 = neg, 1 = pos; 25k train / 25k test."
+    LABEL_NAMES = ("neg", "pos")
+    MANUAL_DOWNLOAD_INSTRUCTIONS = "Put aclImdb_v1.tar.gz in config.data.manual_dir."
+
+    def _split_generators(self, dl_manager):
+        path = sources.find_source(
+            ["aclImdb_v1_labeled.tar.gz", "aclImdb_v1.tar.gz"],
+            dataset="imdb",
+            manual_dir=self._options.manual_dir,
+            dl_manager=dl_manager,
+            download=self._options.download,
+        )
+        digest = sources.check_sha256(path, accept_mismatch=self._options.accept_checksum_mismatch)
+        splits: dict[str, list[tuple[str, bytes, int]]] = {"train": [], "test": []}
+        try:
+            with tarfile.open(path, "r:gz") as tar:
+                for member in tar:
+                    m = _IMDB_MEMBER.search(member.name)
+                    if m and member.isfile():
+                        text = tar.extractfile(member).read()
+                        splits[m.group(1)].append((member.name, text, int(m.group(2) == "pos")))
+        except (tarfile.TarError, OSError, EOFError) as e:
+            raise sources.ChecksumMismatchError(
+                f"seqjax.data 'imdb_bytes': cannot read {path}: {e}. The tarball is corrupt; get "
+                f"it again from {sources.KNOWN_SOURCES['aclImdb_v1.tar.gz'].url}."
+            ) from e
+        for split, examples in splits.items():
+            if not examples:
+                raise sources.SourceMissingError(
+                    f"seqjax.data 'imdb_bytes': {path} has no aclImdb/{split}/{{pos,neg}}/*.txt "
+                    "reviews; it is not the aclImdb v1 tarball."
+                )
+            examples.sort()  # by member name: the order does not depend on the tarball's
+        self.info.metadata.update(fingerprint=digest)
+        return {
+            k: self._generate_examples([(text, label) for _, text, label in v])
+            for k, v in splits.items()
+        }
