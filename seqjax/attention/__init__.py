@@ -8,6 +8,9 @@ every built-in mechanism.
 """
 
 from seqjax.attention import dense  # noqa: F401  (registers "dense", "causal")
+from seqjax.attention import sparse  # noqa: F401
+from seqjax.attention import linformer  # noqa: F401
+from seqjax.attention import lsh  # noqa: F401  (registers "lsh")
 from seqjax.attention.registry import (
     Mechanism,
     check_options,

@@ -125,8 +125,6 @@ def blockwise_attention(
     if use_dropout and dropout_rng is None:
         raise ValueError("dropout_rate > 0 needs a dropout_rng")
     t_table, t_count = transpose_table(table, count, nk)
-    table_j, count_j = jnp.asarray(table), jnp.asarray(count)
-    t_table_j, t_count_j = jnp.asarray(t_table), jnp.asarray(t_count)
 
     qp = _pad_to(q, nq * bq)
     kp, vp = _pad_to(k, nk * bk), _pad_to(v, nk * bk)
@@ -167,6 +165,9 @@ def blockwise_attention(
         return s_ * scale
 
     def forward(qp, kp, vp, aux):
+        # Tables become constants here, not in the enclosing trace: a custom_vjp rule must
+        # not close over tracers of an outer jit.
+        table_j, count_j = jnp.asarray(table), jnp.asarray(count)
         dv = vp.shape[-1]
 
         def one_q_block(i):
@@ -210,6 +211,7 @@ def blockwise_attention(
     def backward(res, cotangents):
         qp, kp, vp, aux, out, lse = res
         g, g_lse = cotangents
+        t_table_j, t_count_j = jnp.asarray(t_table), jnp.asarray(t_count)
         g = g.astype(jnp.float32)
         # delta_i = rowsum(dO * O) - dlse_i: [B, H, T'] grouped per query block [nq, B, H, bq].
         # (d lse_i / d s_ij = P_ij, so an lse cotangent enters dS = P (dP - delta) as -dlse.)

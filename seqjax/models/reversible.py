@@ -1,0 +1,226 @@
+"""Reversible residual layers (Kitaev et al. 2020, §3; Gomez et al. 2017, RevNet).
+
+Each layer maps a pair of streams ``(x1, x2) -> (y1, y2)``:
+
+    y1 = x1 + F(x2),   F = Dropout(Attention(LayerNorm(.)))
+    y2 = x2 + G(y1),   G = Dropout(FeedForward(LayerNorm(.)))   (Reformer eq. in §3)
+
+and is inverted exactly by ``x2 = y2 - G(y1)``, ``x1 = y1 - F(x2)``. The whole stack is one
+``jax.custom_vjp``: the forward pass keeps only the last layer's ``(y1, y2)``; the backward
+pass walks the layers in reverse, recomputing each layer's inputs from its outputs and taking
+the layer's VJP. Activation memory therefore does not grow with depth (tested by comparing
+compiled peak memory at 2, 6 and 12 layers).
+
+Streams: the input is duplicated, ``x1 = x2 = x``, and the output is the mean
+``(y1 + y2) / 2``, which the encoder's final LayerNorm then normalizes (trax duplicates and
+concatenates the streams to width 2E before its final LayerNorm; the mean keeps width E so
+the model's head is unchanged).
+
+Any registered attention mechanism works (chosen per layer by ``cfg.attention``); the
+feed-forward is applied in chunks of ``cfg.ff_chunk_size`` positions (§3, "Chunking").
+
+Randomness is recomputed identically: each layer's F and G run in a nested ``apply`` with
+explicit RNG keys drawn once in this module's scope (streams ``"dropout"`` and ``"lsh"``),
+and the backward pass passes the very same keys, so dropout masks and LSH rotations match
+the forward pass. Without an ``"lsh"`` stream the rotations of layer i come from the
+``"dropout"`` stream when present, else from the fixed key ``fold_in(PRNGKey(0), i)``
+(deterministic evaluation), mirroring ``seqjax.attention.lsh``'s fallback.
+
+Legend: B batch, T sequence length, E model width.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+
+from seqjax import attention as attention_lib
+from seqjax.models import layers
+
+FALLBACK_SEED = 0
+
+
+class AttentionHalf(nn.Module):
+    """F(x) = Dropout(Attention(LayerNorm(x))): the first half of a reversible layer."""
+
+    cfg: Any
+    layer: int
+    causal: bool
+
+    @nn.compact
+    def __call__(self, x_BTE, mask_BS, segment_ids, deterministic: bool, extra=None):
+        cfg = self.cfg
+        name, options = cfg.layer_attention(self.layer)
+        h_BTE = layers.layer_norm(name="ln")(x_BTE).astype(cfg.compute_dtype)
+        h_BTE = layers.MultiHeadAttention(
+            num_heads=cfg.num_heads,
+            head_dim=cfg.dim_head,
+            mechanism=name,
+            options=options,
+            causal=self.causal,
+            dropout_rate=cfg.attention_dropout_rate,
+            out_init_scale=1.0 / (2.0 * cfg.num_layers),
+            dtype=cfg.compute_dtype,
+            name="attn",
+        )(h_BTE, mask_BS=mask_BS, segment_ids=segment_ids, deterministic=deterministic, extra=extra)
+        h_BTE = nn.Dropout(cfg.dropout_rate)(h_BTE, deterministic=deterministic)
+        return h_BTE.astype(x_BTE.dtype)
+
+
+class FeedForwardHalf(nn.Module):
+    """G(x) = Dropout(Mlp(LayerNorm(x))), chunked along T by ``cfg.ff_chunk_size``."""
+
+    cfg: Any
+
+    @nn.compact
+    def __call__(self, x_BTE, deterministic: bool):
+        cfg = self.cfg
+        h_BTE = layers.layer_norm(name="ln")(x_BTE).astype(cfg.compute_dtype)
+        h_BTE = layers.Mlp(
+            cfg.dim_ff,
+            dropout_rate=cfg.dropout_rate,
+            out_init_scale=1.0 / (2.0 * cfg.num_layers),
+            chunk_size=cfg.ff_chunk_size,
+            dtype=cfg.compute_dtype,
+            name="mlp",
+        )(h_BTE, deterministic=deterministic)
+        h_BTE = nn.Dropout(cfg.dropout_rate)(h_BTE, deterministic=deterministic)
+        return h_BTE.astype(x_BTE.dtype)
+
+
+class ReversibleStack(nn.Module):
+    """``cfg.num_layers`` reversible layers with a memory-saving ``custom_vjp``.
+
+    Attributes:
+      cfg: the ``TransformerConfig`` (attention cycle, widths, dropout, ``ff_chunk_size``).
+      causal: decoder attention.
+      recompute: True (default) uses the custom VJP that recomputes inputs from outputs;
+        False differentiates the same function with plain autodiff (stores activations);
+        used by tests to check the custom VJP's gradients.
+    """
+
+    cfg: Any
+    causal: bool
+    recompute: bool = True
+
+    @nn.compact
+    def __call__(self, x_BTE, *, mask_BS=None, segment_ids=None, deterministic=True):
+        """Applies the stack to ``x_BTE`` ``[B, T, E]``; returns ``(y1 + y2) / 2``."""
+        cfg = self.cfg
+        n = cfg.num_layers
+        f_mods = [AttentionHalf(cfg, i, self.causal, name=f"attn_{i}") for i in range(n)]
+        g_mods = [FeedForwardHalf(cfg, name=f"ff_{i}") for i in range(n)]
+        shared = self._shared_attention_params()
+        extras = [shared.get(cfg.layer_attention(i), {}) for i in range(n)]
+
+        if self.is_initializing():  # create the parameters with a plain forward pass
+            x1, x2 = x_BTE, x_BTE
+            for i in range(n):
+                x1 = x1 + f_mods[i](x2, mask_BS, segment_ids, deterministic, extras[i])
+                x2 = x2 + g_mods[i](x1, deterministic)
+            return (x1 + x2) / 2
+
+        params = self.variables["params"]
+        p_f = [params[f"attn_{i}"] for i in range(n)]
+        p_g = [params[f"ff_{i}"] for i in range(n)]
+        rngs = [self._layer_rngs(i, deterministic) for i in range(n)]
+
+        def f(i, p, extra, x, rng):
+            return AttentionHalf(cfg, i, self.causal).apply(
+                {"params": p}, x, mask_BS, segment_ids, deterministic, extra, rngs=rng["f"]
+            )
+
+        def g(i, p, x, rng):
+            return FeedForwardHalf(cfg).apply({"params": p}, x, deterministic, rngs=rng["g"])
+
+        run = _reversible(f, g, n) if self.recompute else _plain(f, g, n)
+        y1, y2 = run(p_f, p_g, extras, x_BTE, rngs)
+        return (y1 + y2) / 2
+
+    def _layer_rngs(self, i: int, deterministic: bool) -> dict:
+        """Explicit keys for layer i's F and G (reused verbatim by the backward pass)."""
+        f, g = {}, {}
+        if not deterministic and self.has_rng("dropout"):
+            f["dropout"], g["dropout"] = self.make_rng("dropout"), self.make_rng("dropout")
+        if self.has_rng("lsh"):
+            f["lsh"] = self.make_rng("lsh")
+        elif self.has_rng("dropout"):
+            f["lsh"] = self.make_rng("dropout")
+        else:
+            f["lsh"] = jax.random.fold_in(jax.random.PRNGKey(FALLBACK_SEED), i)
+        return {"f": f, "g": g}
+
+    def _shared_attention_params(self) -> dict:
+        """``Mechanism.model_params`` of each distinct per-layer attention (as ``Encoder``)."""
+        shared = {}
+        for name, options in dict.fromkeys(self.cfg.attention):
+            hook = attention_lib.spec(name).model_params
+            if hook is not None:
+                shared[(name, options)] = hook(self, cfg=self.cfg, options=dict(options))
+        return shared
+
+
+def _plain(f, g, n: int):
+    """The reversible stack differentiated by plain autodiff (reference for the VJP)."""
+
+    def run(p_f, p_g, extras, x_BTE, rngs):
+        x1, x2 = x_BTE, x_BTE
+        for i in range(n):
+            x1 = x1 + f(i, p_f[i], extras[i], x2, rngs[i])
+            x2 = x2 + g(i, p_g[i], x1, rngs[i])
+        return x1, x2
+
+    return run
+
+
+def _reversible(f, g, n: int):
+    """The stack as a ``jax.custom_vjp`` that recomputes inputs from outputs.
+
+    ``f(i, params, extra, x, rng)`` and ``g(i, params, x, rng)`` are pure functions of
+    explicit parameters and keys; ``extras`` are parameters shared between layers (their
+    gradients are summed over the layers using them).
+    """
+
+    def forward(p_f, p_g, extras, x_BTE, rngs):
+        x1, x2 = x_BTE, x_BTE
+        for i in range(n):
+            x1 = x1 + f(i, p_f[i], extras[i], x2, rngs[i])
+            x2 = x2 + g(i, p_g[i], x1, rngs[i])
+        return x1, x2
+
+    @jax.custom_vjp
+    def run(p_f, p_g, extras, x_BTE, rngs):
+        return forward(p_f, p_g, extras, x_BTE, rngs)
+
+    def run_fwd(p_f, p_g, extras, x_BTE, rngs):
+        y1, y2 = forward(p_f, p_g, extras, x_BTE, rngs)
+        # Only the outputs (and the parameters/keys, which exist anyway) are kept.
+        return (y1, y2), (p_f, p_g, extras, rngs, y1, y2)
+
+    def run_bwd(res, cotangents):
+        p_f, p_g, extras, rngs, y1, y2 = res
+        dy1, dy2 = cotangents
+        y1 = jax.lax.stop_gradient(y1)
+        y2 = jax.lax.stop_gradient(y2)
+        dp_f, dp_g, dextras = [None] * n, [None] * n, [None] * n
+        for i in reversed(range(n)):
+            # y2 = x2 + G(y1): recompute x2, push dy2 through G into y1.
+            g_out, g_vjp = jax.vjp(lambda p, y, i=i: g(i, p, y, rngs[i]), p_g[i], y1)
+            dp_g[i], dy1_g = g_vjp(dy2)
+            x2 = y2 - g_out
+            dy1 = dy1 + dy1_g
+            # y1 = x1 + F(x2): recompute x1, push dy1 through F into x2.
+            f_out, f_vjp = jax.vjp(
+                lambda p, e, x, i=i: f(i, p, e, x, rngs[i]), p_f[i], extras[i], x2
+            )
+            dp_f[i], dextras[i], dx2_f = f_vjp(dy1)
+            x1 = y1 - f_out
+            dy2 = dy2 + dx2_f
+            y1, y2 = x1, x2
+        # The input feeds both streams: its cotangent is the sum of theirs.
+        return dp_f, dp_g, dextras, (dy1 + dy2).astype(y1.dtype), None
+
+    run.defvjp(run_fwd, run_bwd)
+    return run
