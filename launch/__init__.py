@@ -1,0 +1,1 @@
+"""Launchers: local multi-process runs, TPU VM pods, SLURM clusters, and config sweeps."""

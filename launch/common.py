@@ -1,0 +1,62 @@
+"""Shared pieces of the launchers: the main-job command line and sweep expansion."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shlex
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def main_command(
+    config: str, workdir: str, overrides: dict | None = None, python: str = "python"
+) -> list[str]:
+    """``python -m seqjax.main --config CONFIG --workdir DIR --config.a.b=v ...``."""
+    cmd = [python, "-m", "seqjax.main", f"--config={config}", f"--workdir={workdir}"]
+    for key, value in (overrides or {}).items():
+        key = key if key.startswith("config.") else f"config.{key}"
+        cmd.append(f"--{key}={value}")
+    return cmd
+
+
+def shell_join(cmd: list[str]) -> str:
+    return " ".join(shlex.quote(c) for c in cmd)
+
+
+def load_config_module(config: str):
+    """Imports the config file named by ``--config`` (``path.py[:variant]``)."""
+    path = Path(config.split(":", 1)[0])
+    if not path.is_file():
+        raise FileNotFoundError(f"config file {path} does not exist")
+    spec = importlib.util.spec_from_file_location(f"_seqjax_config_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(REPO))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(REPO))
+    return module
+
+
+def sweep_points(config: str) -> list[dict]:
+    """The config's ``sweep()``: a list of ``{"config.field": value}`` override dicts."""
+    module = load_config_module(config)
+    if not hasattr(module, "sweep"):
+        raise ValueError(f"{config} defines no sweep(); add one returning a list of dicts")
+    points = list(module.sweep())
+    if not points or not all(isinstance(p, dict) for p in points):
+        raise ValueError(f"{config}: sweep() must return a non-empty list of dicts")
+    return points
+
+
+def run_name(point: dict) -> str:
+    """A short, filesystem-safe name for one sweep point, e.g. ``num_layers=2,d_model=128``."""
+    parts = []
+    for key, value in point.items():
+        short = key.split(".")[-1]
+        parts.append(f"{short}={value}")
+    name = ",".join(parts) or "default"
+    return re.sub(r"[^A-Za-z0-9_.,=+-]", "_", name)

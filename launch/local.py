@@ -1,0 +1,131 @@
+"""Runs the main job as N JAX processes on this machine, each with M fake CPU devices.
+
+    python launch/local.py --num-processes 2 --devices-per-process 4 -- \
+        --config configs/char_lm.py:smoke --workdir workdirs/mp
+
+Every process is a normal ``python -m seqjax.main`` joined through
+``jax.distributed.initialize`` (coordinator on 127.0.0.1, gloo CPU collectives), exactly as
+the processes of a multi-host TPU or GPU job are: the same code path, testable here. The
+logs of process 0 stream to this terminal, the others go to ``WORKDIR/process_<i>.log``;
+if any process fails, the rest are stopped and its exit status is returned; all children
+are cleaned up on exit or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def process_env(i: int, n: int, devices: int, port: int) -> dict:
+    env = dict(os.environ)
+    env.update(
+        {
+            "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}",
+            "JAX_NUM_PROCESSES": str(n),
+            "JAX_PROCESS_ID": str(i),
+            "JAX_PLATFORMS": "cpu",
+            "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo",
+            "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+        }
+    )
+    return env
+
+
+def _workdir(main_args: list[str]) -> Path | None:
+    for i, a in enumerate(main_args):
+        if a.startswith("--workdir="):
+            return Path(a.split("=", 1)[1])
+        if a == "--workdir" and i + 1 < len(main_args):
+            return Path(main_args[i + 1])
+    return None
+
+
+def launch(
+    num_processes: int,
+    devices_per_process: int,
+    main_args: list[str],
+    module: str = "seqjax.main",
+    poll_s: float = 0.2,
+) -> int:
+    """Starts the processes and waits; returns 0 or the first failing exit status."""
+    port = free_port()
+    workdir = _workdir(main_args)
+    log_dir = workdir if workdir is not None else Path(".")
+    log_dir.mkdir(parents=True, exist_ok=True)
+    procs, logs = [], []
+    try:
+        for i in range(num_processes):
+            out = None
+            if i > 0:
+                out = open(log_dir / f"process_{i}.log", "w")
+                logs.append(out)
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", module, *main_args],
+                    env=process_env(i, num_processes, devices_per_process, port),
+                    stdout=out,
+                    stderr=subprocess.STDOUT if out else None,
+                    start_new_session=True,
+                )
+            )
+        while True:
+            codes = [p.poll() for p in procs]
+            failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
+            if failed:
+                i, code = failed[0]
+                print(
+                    f"[local] process {i} exited with status {code}; stopping the others "
+                    f"(its log: {log_dir / f'process_{i}.log'})",
+                    file=sys.stderr,
+                )
+                return code
+            if all(c == 0 for c in codes):
+                return 0
+            time.sleep(poll_s)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.time() + 30
+        for p in procs:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+        for f in logs:
+            f.close()
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], usage="%(prog)s [options] -- MAIN_ARGS..."
+    )
+    parser.add_argument("--num-processes", type=int, default=2)
+    parser.add_argument("--devices-per-process", type=int, default=4)
+    parser.add_argument("--module", default="seqjax.main", help="python -m MODULE per process")
+    parser.add_argument("main_args", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    main_args = args.main_args[1:] if args.main_args[:1] == ["--"] else args.main_args
+    if args.num_processes < 1 or args.devices_per_process < 1:
+        parser.error("--num-processes and --devices-per-process must be >= 1")
+    return launch(args.num_processes, args.devices_per_process, main_args, args.module)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
