@@ -51,36 +51,84 @@ def main(argv=None):
             row = {"seq": t, "causal": causal}
             for impl in ("reference", "chunked"):
                 r = bench.benchmark(
-                    fwd_bwd(impl, causal), x, x, x, repeats=scale["repeats"],
+                    fwd_bwd(impl, causal),
+                    x,
+                    x,
+                    x,
+                    repeats=scale["repeats"],
                     max_bytes=int(args.max_gb * 2**30),
                 )
                 mem = r["memory"]["peak_bytes"] / 2**20 if r["memory"] else None
                 row[f"{impl}_ms"] = r["timing"]["median_s"] * 1e3 if r["timing"] else None
                 row[f"{impl}_mib"] = mem
                 row[f"{impl}_status"] = r["status"]
-                print(f"seq={t} causal={causal} {impl}: {r['status']} "
-                      f"{row[f'{impl}_ms']} ms, {mem} MiB", flush=True)
+                print(
+                    f"seq={t} causal={causal} {impl}: {r['status']} "
+                    f"{row[f'{impl}_ms']} ms, {mem} MiB",
+                    flush=True,
+                )
             if row["reference_ms"] and row["chunked_ms"]:
                 row["speedup"] = row["reference_ms"] / row["chunked_ms"]
             rows.append(row)
-    cols = ["seq", "causal", "reference_ms", "chunked_ms", "speedup", "reference_mib",
-            "chunked_mib", "reference_status"]
+    cols = [
+        "seq",
+        "causal",
+        "reference_ms",
+        "chunked_ms",
+        "speedup",
+        "reference_mib",
+        "chunked_mib",
+        "reference_status",
+    ]
     md = "# Dense attention, forward+backward (batch 1, 8 heads x 64, float32)\n\n"
-    md += bench.markdown_table(rows, cols, ["seq", "causal", "reference ms", "chunked ms",
-                                            "speed-up", "reference MiB", "chunked MiB",
-                                            "reference"])
+    md += bench.markdown_table(
+        rows,
+        cols,
+        [
+            "seq",
+            "causal",
+            "reference ms",
+            "chunked ms",
+            "speed-up",
+            "reference MiB",
+            "chunked MiB",
+            "reference",
+        ],
+    )
     out = Path(args.out)
-    bench.write_results(out, f"dense_{args.scale}", {"rows": rows, "scale": args.scale}, md)
+    summary = []
+    for r in rows:
+        if r["seq"] == 4096 and r.get("speedup"):
+            goal = 1.5 if r["causal"] else 1.0
+            summary.append(
+                {
+                    "study": "dense chunked vs reference speed-up, 4K "
+                    + ("causal" if r["causal"] else "non-causal"),
+                    "paper_figure": f"issue goal >= {goal}x",
+                    "paper": goal,
+                    "ours": round(r["speedup"], 2),
+                    "ratio": round(r["speedup"] / goal, 2),
+                }
+            )
+    bench.write_results(
+        out, f"dense_{args.scale}", {"rows": rows, "scale": args.scale, "summary": summary}, md
+    )
     for metric, label in (("ms", "forward+backward ms"), ("mib", "compiled peak MiB")):
         series = {}
         for impl in ("reference", "chunked"):
             for causal in (False, True):
                 sel = [r for r in rows if r["causal"] == causal]
                 series[f"{impl}{' causal' if causal else ''}"] = (
-                    [r["seq"] for r in sel], [r[f"{impl}_{metric}"] for r in sel]
+                    [r["seq"] for r in sel],
+                    [r[f"{impl}_{metric}"] for r in sel],
                 )
-        bench.plot_lines(out / f"dense_{args.scale}_{metric}.png", series, xlabel="sequence length",
-                         ylabel=label, title=f"Dense attention ({bench.device_label()})")
+        bench.plot_lines(
+            out / f"dense_{args.scale}_{metric}.png",
+            series,
+            xlabel="sequence length",
+            ylabel=label,
+            title=f"Dense attention ({bench.device_label()})",
+        )
     print(md)
 
 
