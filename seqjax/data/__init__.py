@@ -1,0 +1,40 @@
+"""seqjax input pipelines: TFDS builders (array_record) read through grain, no TensorFlow.
+
+    cfg = seqjax.data.default_config()          # the `config.data` block
+    info = seqjax.data.info(cfg)                # vocab size, task, fingerprint, encode/decode
+    it = seqjax.data.make(cfg, split="train")   # batches of numpy arrays; get_state/set_state
+
+Files: `config.py` (every field), `api.py` (make/info), `pipeline.py` (grain batch makers and the
+checkpointable iterator), `store.py` (prepare/read with TFDS), `corpora.py` (LM corpus builders),
+`classification.py` + `listops.py` (LRA tasks), `sources.py` (files, checksums, errors),
+`vocab.py` (bytes/chars).
+
+The heavy modules (TFDS, grain) load on first use of `make`/`info`, so worker processes that
+only need e.g. the ListOps generator start quickly.
+"""
+
+import importlib
+
+from seqjax.data.config import DATASETS, default_config
+
+_LAZY = {
+    "SPLITS": "api",
+    "DataInfo": "api",
+    "info": "api",
+    "make": "api",
+    "DataIterator": "pipeline",
+    "ChecksumMismatchError": "sources",
+    "SourceMissingError": "sources",
+}
+
+__all__ = ["DATASETS", "default_config", *_LAZY]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"seqjax.data.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'seqjax.data' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(__all__)

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import re
 import tarfile
+import zlib
+from collections.abc import Iterator
 
 import numpy as np
 import tensorflow_datasets as tfds
@@ -36,8 +39,14 @@ class _ClassificationBuilder(_CorpusBuilder, skip_registration=True):
             builder=self,
             description=self.ABOUT,
             features=tfds.features.FeaturesDict(
-                {"tokens": tfds.features.Tensor(shape=(None,), dtype=np.uint8), "label": label}
+                {
+                    # Raw bytes (not TFDS's default int64 list: 8x smaller, 20x faster to write).
+                    "tokens": tfds.features.Tensor(shape=(None,), dtype=np.uint8, encoding="bytes"),
+                    "label": label,
+                }
             ),
+            # Examples stay in generation order; the pipeline shuffles with its own seed.
+            disable_shuffling=True,
             metadata=tfds.core.MetadataDict(),
         )
 
@@ -80,6 +89,33 @@ class SeqjaxListops(_ClassificationBuilder):
 
 # -------------------------------------------------------------------------------- IMDB (bytes)
 
+
+def _tar_gz_files(path) -> Iterator[tuple[str, bytes]]:
+    """(name, bytes) of the regular files in a .tar.gz.
+
+    Plain ustar archives (like aclImdb) are read by a small header parser, 3x faster than
+    `tarfile` on 50k small members; anything else (long names, pax headers) goes to `tarfile`.
+    """
+    with open(path, "rb") as f:
+        data = zlib.decompress(f.read(), 16 + zlib.MAX_WBITS)
+    files, pos = [], 0
+    while pos + 512 <= len(data) and data[pos : pos + 512].strip(b"\0"):
+        header = data[pos : pos + 512]
+        kind = header[156:157]
+        if kind not in (b"0", b"\0", b"5") or header[257:262] != b"ustar":
+            with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+                yield from ((m.name, tar.extractfile(m).read()) for m in tar if m.isfile())
+            return
+        name = header[:100].split(b"\0", 1)[0]
+        prefix = header[345:500].split(b"\0", 1)[0]
+        name = (prefix + b"/" + name if prefix else name).decode("utf-8")
+        size = int(header[124:136].split(b"\0", 1)[0].strip() or b"0", 8)
+        if kind != b"5":
+            files.append((name, data[pos + 512 : pos + 512 + size]))
+        pos += 512 + -(-size // 512) * 512
+    yield from files
+
+
 _IMDB_MEMBER = re.compile(r"(?:^|/)aclImdb/(train|test)/(pos|neg)/[^/]+\.txt$")
 
 
@@ -101,13 +137,11 @@ class SeqjaxImdbBytes(_ClassificationBuilder):
         digest = sources.check_sha256(path, accept_mismatch=self._options.accept_checksum_mismatch)
         splits: dict[str, list[tuple[str, bytes, int]]] = {"train": [], "test": []}
         try:
-            with tarfile.open(path, "r:gz") as tar:
-                for member in tar:
-                    m = _IMDB_MEMBER.search(member.name)
-                    if m and member.isfile():
-                        text = tar.extractfile(member).read()
-                        splits[m.group(1)].append((member.name, text, int(m.group(2) == "pos")))
-        except (tarfile.TarError, OSError, EOFError) as e:
+            for name, text in _tar_gz_files(path):
+                m = _IMDB_MEMBER.search(name)
+                if m:
+                    splits[m.group(1)].append((name, text, int(m.group(2) == "pos")))
+        except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
             raise sources.ChecksumMismatchError(
                 f"seqjax.data 'imdb_bytes': cannot read {path}: {e}. The tarball is corrupt; get "
                 f"it again from {sources.KNOWN_SOURCES['aclImdb_v1.tar.gz'].url}."
@@ -119,7 +153,7 @@ class SeqjaxImdbBytes(_ClassificationBuilder):
                     "reviews; it is not the aclImdb v1 tarball."
                 )
             examples.sort()  # by member name: the order does not depend on the tarball's
-        self.info.metadata.update(fingerprint=digest)
+        self.info.metadata.update(fingerprint=digest, known_sha256=sources.known_sha256(path))
         return {
             k: self._generate_examples([(text, label) for _, text, label in v])
             for k, v in splits.items()

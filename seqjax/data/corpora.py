@@ -72,12 +72,14 @@ class _CorpusBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
             features=tfds.features.FeaturesDict(
                 {
                     "index": tfds.features.Scalar(dtype=np.int64),
-                    "bytes": tfds.features.Tensor(shape=(None,), dtype=np.uint8),
+                    "bytes": tfds.features.Tensor(shape=(None,), dtype=np.uint8, encoding="bytes"),
                 }
             ),
             disable_shuffling=True,  # chunk order is corpus order
             metadata=tfds.core.MetadataDict(),
         )
+
+    known_sha256: str | None = None  # set by `_read_source` when the source has a known checksum
 
     def _read_source(self, dl_manager) -> tuple[bytes, str, bool]:
         """Returns (corpus bytes, fingerprint, whether cuts move to UTF-8 character starts)."""
@@ -90,6 +92,7 @@ class _CorpusBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
         chars, unk = vocab.char_vocab(splits["train"], (splits["validation"], splits["test"]))
         self.info.metadata.update(
             fingerprint=fingerprint,
+            known_sha256=self.known_sha256,
             num_bytes={k: len(v) for k, v in splits.items()},
             char_vocab=chars,
             char_unk=unk,
@@ -217,6 +220,7 @@ class _ZipCorpus(_CorpusBuilder, skip_registration=True):
             download=self._options.download,
         )
         digest = sources.check_sha256(path, accept_mismatch=self._options.accept_checksum_mismatch)
+        self.known_sha256 = sources.known_sha256(path)
         try:
             with zipfile.ZipFile(path) as zf:
                 members = [m for m in zf.namelist() if not m.endswith("/")]

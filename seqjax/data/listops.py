@@ -98,11 +98,11 @@ def _tree(rng: random.Random, depth: int, spec: ListOpsSpec, out: list[int]) -> 
     return value
 
 
-def generate_job(spec: ListOpsSpec, job: int) -> list[tuple[bytes, int]]:
-    """Job `job`'s `JOB_SIZE` accepted trees as (token bytes, label)."""
+def generate_job(spec: ListOpsSpec, job: int, job_size: int = JOB_SIZE) -> list[tuple[bytes, int]]:
+    """Job `job`'s `job_size` accepted trees as (token bytes, label)."""
     rng = random.Random(f"listops/{spec.seed}/{job}")
     found = []
-    while len(found) < JOB_SIZE:
+    while len(found) < job_size:
         out: list[int] = []
         try:
             label = _tree(rng, 1, spec, out)
@@ -117,12 +117,16 @@ def _generate_job_star(args):
     return generate_job(*args)
 
 
-def generate(spec: ListOpsSpec, num_procs: int = 0) -> dict[str, list[tuple[bytes, int]]]:
+def generate(
+    spec: ListOpsSpec, num_procs: int = 0, job_size: int = JOB_SIZE
+) -> dict[str, list[tuple[bytes, int]]]:
     """Generates the train/validation/test splits (disjoint, without duplicates).
 
     Args:
       spec: sizes and tree parameters.
-      num_procs: worker processes (0: all cores; 1: in this process).
+      num_procs: worker processes (0: all cores; 1: in this process). Processes are started
+        (spawn) only when there are more than 4 jobs; the result does not depend on it.
+      job_size: trees per job (part of the data's definition: keep the default).
 
     Returns:
       `{split: [(tokens as bytes of ids, label)]}`.
@@ -136,10 +140,10 @@ def generate(spec: ListOpsSpec, num_procs: int = 0) -> dict[str, list[tuple[byte
         while len(examples) < spec.total:
             # Jobs still needed, plus 2% for duplicates; results are consumed in job order.
             missing = spec.total - len(examples)
-            n_jobs = -(-int(missing * 1.02 + 1) // JOB_SIZE)
-            jobs = [(spec, j) for j in range(next_job, next_job + n_jobs)]
+            n_jobs = -(-int(missing * 1.02 + 1) // job_size)
+            jobs = [(spec, j, job_size) for j in range(next_job, next_job + n_jobs)]
             next_job += n_jobs
-            if num_procs > 1 and n_jobs > 1 and pool is None:
+            if num_procs > 1 and n_jobs > 4 and pool is None:
                 pool = multiprocessing.get_context("spawn").Pool(min(num_procs, n_jobs))
             results = pool.imap(_generate_job_star, jobs) if pool else map(_generate_job_star, jobs)
             for found in results:

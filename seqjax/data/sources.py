@@ -137,6 +137,28 @@ def check_sha256(path: str | os.PathLike, *, accept_mismatch: bool) -> str:
     return digest
 
 
+def known_sha256(path: str | os.PathLike) -> str | None:
+    """The published sha256 of `path`'s file name, if it is a known source."""
+    known = known_source_for(path)
+    return known.sha256 if known else None
+
+
+def check_prepared(metadata: dict, *, dataset: str, accept_mismatch: bool, where: str) -> None:
+    """Refuses a data set prepared earlier from a source with an unexpected checksum.
+
+    Builders record `fingerprint` and `known_sha256` in the dataset metadata, so a data set built
+    with `accept_checksum_mismatch=True` is not silently reused without it.
+    """
+    known = metadata.get("known_sha256")
+    if known and metadata.get("fingerprint") != known and not accept_mismatch:
+        raise ChecksumMismatchError(
+            f"seqjax.data '{dataset}': the prepared data in {where} were built from a source with "
+            f"sha256 {metadata.get('fingerprint')}, not the known {known}. Set "
+            "config.data.accept_checksum_mismatch=True to use them, or delete that folder and "
+            "put the original file in config.data.manual_dir."
+        )
+
+
 def find_source(
     candidates: Sequence[str],
     *,
@@ -167,11 +189,12 @@ def find_source(
         root = Path(os.path.expanduser(manual_dir))
         for name in candidates:
             base = Path(name).name
-            for path in (root / base, root / dataset / base, root / name):
+            for path in dict.fromkeys((root / base, root / dataset / base, root / name)):
                 searched.append(str(path))
                 if path.is_file():
                     return path
-    urls = [KNOWN_SOURCES[n].url for n in candidates if n in KNOWN_SOURCES and KNOWN_SOURCES[n].url]
+    with_url = [n for n in candidates if n in KNOWN_SOURCES and KNOWN_SOURCES[n].url]
+    urls = [KNOWN_SOURCES[n].url for n in with_url]
     error = None
     if download and dl_manager is not None and urls:
         try:
@@ -179,9 +202,7 @@ def find_source(
         except Exception as e:  # noqa: BLE001 - any network failure ends in the message below
             error = e
     names = " or ".join(Path(n).name for n in candidates)
-    where = "; ".join(
-        f"{Path(n).name}: {KNOWN_SOURCES[n].url}" for n in candidates if n in urls_of()
-    )
+    where = "; ".join(f"{Path(n).name}: {KNOWN_SOURCES[n].url}" for n in with_url)
     lines = [
         f"seqjax.data '{dataset}': source file {names} not found.",
         f"Put it in config.data.manual_dir (now {manual_dir!r}; default: env SEQJAX_DATA_DIR), "
@@ -196,8 +217,3 @@ def find_source(
     elif urls and not download:
         lines.append("Downloads are off (config.data.download=False).")
     raise SourceMissingError(" ".join(lines))
-
-
-def urls_of() -> set[str]:
-    """Names of the known sources that have a download URL."""
-    return {k for k, v in KNOWN_SOURCES.items() if v.url}

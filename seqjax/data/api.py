@@ -1,0 +1,265 @@
+"""`make` and `info`: what the training loop calls.
+
+it = seqjax.data.make(config.data, split="train", process_index=jax.process_index(),
+                      process_count=jax.process_count())
+batch = next(it)            # {'inputs': int32[b, T], 'targets': ..., 'weights': ...}
+state = it.get_state()      # save with the checkpoint; later it.set_state(state)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from seqjax.data import listops, pipeline, store
+from seqjax.data.config import CLASSIFICATION_DATASETS, DATASETS
+from seqjax.data.vocab import Vocab
+
+SPLITS = ("train", "validation", "test")
+_DEFAULT_MAX_LEN = {"imdb_bytes": 4096, "listops": 2048}
+
+
+@dataclasses.dataclass(frozen=True)
+class DataInfo:
+    """What a model and a sampler need to know about the data.
+
+    Attributes:
+      name: `config.data.name`.
+      task: 'lm' or 'classification'.
+      vocab_size: number of token ids (inputs are in [0, vocab_size)).
+      seq_len: T of the batches' `inputs` [b, T].
+      num_classes: classes (classification), else None.
+      pad_id: the padding id (0) where inputs are padded, else None.
+      fingerprint: sha256 of the source bytes (of the generator spec for duplication).
+      split_sizes: tokens (LM) or examples (classification) per split.
+      encode: str -> int32 ids [n].
+      decode: ids [n] -> str.
+    """
+
+    name: str
+    task: str
+    vocab_size: int
+    seq_len: int
+    num_classes: int | None
+    pad_id: int | None
+    fingerprint: str
+    split_sizes: dict
+    encode: Callable[[str], np.ndarray] = dataclasses.field(repr=False)
+    decode: Callable[[np.ndarray], str] = dataclasses.field(repr=False)
+
+
+def _check(cfg) -> None:
+    """Raises one clear ValueError for a bad `config.data` field."""
+
+    def bad(field, value, valid):
+        raise ValueError(f"config.data.{field}={value!r} is invalid; valid: {valid}.")
+
+    if cfg.name not in DATASETS:
+        bad("name", cfg.name, ", ".join(DATASETS))
+    if cfg.vocab not in ("bytes", "chars"):
+        bad("vocab", cfg.vocab, "'bytes' or 'chars'")
+    if cfg.lm_batching not in ("random", "stream"):
+        bad("lm_batching", cfg.lm_batching, "'random' or 'stream'")
+    if cfg.batch_size < 1 or cfg.seq_len < 1:
+        bad("batch_size/seq_len", (cfg.batch_size, cfg.seq_len), "positive integers")
+    if cfg.name == "duplication":
+        if cfg.seq_len % 2 or cfg.seq_len < 4:
+            bad("seq_len", cfg.seq_len, "an even length >= 4 for duplication (0 w 0 w)")
+        if cfg.dup_vocab_size < 2:
+            bad("dup_vocab_size", cfg.dup_vocab_size, ">= 2")
+    if not 0 <= cfg.seed < 2**32:
+        bad("seed", cfg.seed, "0 <= seed < 2**32")
+
+
+def _max_len(cfg) -> int:
+    return int(cfg.max_len) if cfg.max_len else _DEFAULT_MAX_LEN[cfg.name]
+
+
+class _Tokens:
+    """Picklable lazy handle on an LM split's token ids (loaded once per process)."""
+
+    def __init__(self, key: store.DatasetKey, split: str, kind: str):
+        self.key, self.split, self.kind = key, split, kind
+
+    def __call__(self) -> np.ndarray:
+        return store.tokens(self.key, self.split, self.kind)
+
+
+class _Source:
+    """Picklable lazy handle on a TFDS data source."""
+
+    def __init__(self, key: store.DatasetKey, split: str):
+        self.key, self.split = key, split
+
+    def __call__(self):
+        return store.source(self.key, self.split)
+
+
+def _tfds_split(cfg, split: str) -> str:
+    # LRA evaluates Text on the test set; aclImdb has no validation split.
+    return "test" if cfg.name == "imdb_bytes" and split == "validation" else split
+
+
+def info(cfg) -> DataInfo:
+    """Vocabulary, task and fingerprint of `config.data` (prepares the data set if needed)."""
+    _check(cfg)
+    name = cfg.name
+    if name == "duplication":
+        spec = json.dumps(["duplication", int(cfg.seed), int(cfg.dup_vocab_size)])
+        return DataInfo(
+            name=name,
+            task="lm",
+            vocab_size=int(cfg.dup_vocab_size),
+            seq_len=int(cfg.seq_len),
+            num_classes=None,
+            pad_id=None,
+            fingerprint=hashlib.sha256(spec.encode()).hexdigest(),
+            split_sizes={"train": None, "validation": cfg.dup_eval_size, "test": cfg.dup_eval_size},
+            encode=lambda s: np.array(s.split(), dtype=np.int32),
+            decode=lambda ids: " ".join(str(int(i)) for i in np.asarray(ids).reshape(-1)),
+        )
+    key = store.dataset_key(cfg)
+    meta = store.metadata(key)
+    common = dict(name=name, fingerprint=meta["fingerprint"])
+    if name in CLASSIFICATION_DATASETS:
+        splits = store.builder(key).info.splits
+        sizes = {s: splits[_tfds_split(cfg, s)].num_examples for s in SPLITS}
+        lra = {  # LRA: ListOps 16 tokens / 10 classes; Text bytes + 1 (257) / 2 classes
+            "listops": (listops.VOCAB_SIZE, listops.NUM_CLASSES, listops.encode, listops.decode),
+            "imdb_bytes": (257, 2, _imdb_encode, _imdb_decode),
+        }
+        vocab_size, classes, enc, dec = lra[name]
+        return DataInfo(
+            task="classification",
+            vocab_size=vocab_size,
+            seq_len=_max_len(cfg),
+            num_classes=classes,
+            pad_id=0,
+            split_sizes=sizes,
+            encode=enc,
+            decode=dec,
+            **common,
+        )
+    vocab: Vocab = store.vocab(key, cfg.vocab)
+    if cfg.vocab == "bytes":
+        sizes = dict(meta["num_bytes"])
+    else:
+        sizes = {s: len(store.tokens(key, s, "chars")) for s in SPLITS}
+    return DataInfo(
+        task="lm",
+        vocab_size=vocab.size,
+        seq_len=int(cfg.seq_len),
+        num_classes=None,
+        pad_id=None,
+        split_sizes=sizes,
+        encode=vocab.encode,
+        decode=vocab.decode,
+        **common,
+    )
+
+
+def _imdb_encode(text: str) -> np.ndarray:
+    """LRA Text ids: UTF-8 byte + 1 (0 is padding)."""
+    return np.frombuffer(text.encode("utf-8"), np.uint8).astype(np.int32) + 1
+
+
+def _imdb_decode(ids) -> str:
+    ids = np.asarray(ids).reshape(-1)
+    return bytes((ids[ids > 0] - 1).astype(np.uint8).tolist()).decode("utf-8", errors="replace")
+
+
+def make(cfg, *, split: str, process_index: int = 0, process_count: int = 1, train: bool = True):
+    """Returns this process's batch iterator for one split of `config.data`.
+
+    Args:
+      cfg: `config.data` (see `default_config`).
+      split: 'train', 'validation' or 'test'.
+      process_index: this JAX process (`jax.process_index()`).
+      process_count: number of processes (`jax.process_count()`); must divide `batch_size`.
+      train: True: endless, shuffled/random, seeded by `cfg.seed`. False: one deterministic pass
+        over the whole split, the last batch padded with zero weights, then StopIteration.
+
+    Returns:
+      A `DataIterator` yielding numpy dicts with per-process batch b = batch_size/process_count:
+      LM `{'inputs': int32[b, T], 'targets': int32[b, T], 'weights': float32[b, T]}`;
+      classification `{'inputs': int32[b, max_len], 'targets': int32[b], 'weights': float32[b]}`.
+      It has `get_state() -> dict` and `set_state(dict)`, and `num_steps` (None when endless).
+    """
+    _check(cfg)
+    if split not in SPLITS:
+        raise ValueError(f"split={split!r} is invalid; valid: {', '.join(SPLITS)}.")
+    if not 0 <= process_index < process_count:
+        raise ValueError(f"process_index={process_index} not in [0, process_count={process_count})")
+    B = int(cfg.batch_size)
+    if B % process_count:
+        raise ValueError(
+            f"config.data.batch_size={B} (the global batch) is not divisible by "
+            f"process_count={process_count}; use a multiple of {process_count}."
+        )
+    layout = (B, process_index, process_count)
+    T = int(cfg.seq_len)
+    name = cfg.name
+    spec = {
+        "name": name,
+        "split": split,
+        "train": train,
+        "seed": int(cfg.seed),
+        "batch_size": B,
+        "process_index": process_index,
+        "process_count": process_count,
+    }
+    if name == "duplication":
+        split_id = SPLITS.index(split)
+        size = None if train else int(cfg.dup_eval_size)
+        maker = pipeline.Duplication(
+            T, int(cfg.dup_vocab_size), int(cfg.seed), split_id, size, *layout
+        )
+        num_steps = None if train else math.ceil(size / B)
+        spec.update(seq_len=T, dup_vocab_size=int(cfg.dup_vocab_size))
+    elif name in CLASSIFICATION_DATASETS:
+        key = store.dataset_key(cfg)
+        tfds_split = _tfds_split(cfg, split)
+        n = store.builder(key).info.splits[tfds_split].num_examples
+        max_len = _max_len(cfg)
+        offset = 1 if name == "imdb_bytes" else 0
+        maker = pipeline.Classification(
+            _Source(key, tfds_split), n, max_len, offset, int(cfg.seed) if train else None, *layout
+        )
+        num_steps = None if train else math.ceil(n / B)
+        spec.update(max_len=max_len, fingerprint=store.metadata(key)["fingerprint"])
+    else:
+        key = store.dataset_key(cfg)
+        tokens = _Tokens(key, split, cfg.vocab)
+        n = len(tokens())
+        spec.update(
+            seq_len=T,
+            vocab=cfg.vocab,
+            lm_batching=cfg.lm_batching,
+            fingerprint=store.metadata(key)["fingerprint"],
+        )
+        if cfg.lm_batching == "stream":
+            L = pipeline.LMStreams.stream_len(n, B, train)
+            if (L // T if train else L) < 1:
+                raise ValueError(
+                    f"{name}/{split} has {n:,} tokens: too few for {B} streams of at least "
+                    f"seq_len={T} tokens; lower config.data.batch_size or seq_len."
+                )
+            maker = pipeline.LMStreams(tokens, T, train, *layout)
+            num_steps = None if train else math.ceil(L / T)
+        elif train:
+            if n <= T + 1:
+                raise ValueError(f"{name}/{split} has {n} tokens, fewer than seq_len+2={T + 2}.")
+            maker = pipeline.LMRandomWindows(tokens, T, int(cfg.seed), *layout)
+            num_steps = None
+        else:
+            windows = pipeline.LMEvalWindows.num_windows(n, T)
+            maker = pipeline.LMEvalWindows(tokens, T, *layout)
+            num_steps = math.ceil(windows / B)
+    return pipeline.DataIterator(
+        maker, num_steps, spec, num_workers=int(cfg.num_workers), prefetch=int(cfg.prefetch)
+    )

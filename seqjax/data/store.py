@@ -1,0 +1,157 @@
+"""Preparing the TFDS data sets on first use and reading them back (`tfds.data_source`).
+
+`dataset_key(cfg)` turns `config.data` into a small hashable, picklable `DatasetKey` (TFDS name,
+builder config, data_dir, source options); `source(key, split)` prepares the data set if needed
+and returns TFDS's random-access `ArrayRecordDataSource`; `tokens(key, split, vocab)` reads a whole
+LM split into memory as token ids (cached per process: enwik8's train split is 90 MB).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+
+import numpy as np
+import tensorflow_datasets as tfds
+
+from seqjax.data import classification, corpora, listops, sources
+from seqjax.data import vocab as vocab_lib
+
+# config.data.name -> TFDS builder name (classes in corpora.py and classification.py).
+TFDS_NAMES = {
+    "pystdlib": "seqjax_pystdlib",
+    "text_file": "seqjax_text_file",
+    "enwik8": "seqjax_enwik8",
+    "text8": "seqjax_text8",
+    "listops": "seqjax_listops",
+    "imdb_bytes": "seqjax_imdb_bytes",
+}
+_BUILDERS = {
+    "seqjax_pystdlib": corpora.SeqjaxPystdlib,
+    "seqjax_text_file": corpora.SeqjaxTextFile,
+    "seqjax_enwik8": corpora.SeqjaxEnwik8,
+    "seqjax_text8": corpora.SeqjaxText8,
+    "seqjax_listops": classification.SeqjaxListops,
+    "seqjax_imdb_bytes": classification.SeqjaxImdbBytes,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetKey:
+    """Identifies one prepared TFDS data set (hashable; compares by names, not objects)."""
+
+    tfds_name: str
+    config_name: str
+    data_dir: str
+    options: corpora.SourceOptions
+    config: tfds.core.BuilderConfig | None = dataclasses.field(
+        default=None, compare=False, hash=False
+    )
+
+
+def data_dir_of(cfg) -> str:
+    """`config.data.data_dir` expanded (default `$SEQJAX_TFDS_DIR` or `~/seqjax_data/tfds`)."""
+    path = cfg.data_dir or os.environ.get("SEQJAX_TFDS_DIR") or "~/seqjax_data/tfds"
+    return os.path.abspath(os.path.expanduser(path))
+
+
+def listops_spec(cfg) -> listops.ListOpsSpec:
+    return listops.ListOpsSpec(
+        seed=int(cfg.seed),
+        train_size=int(cfg.listops_train_size),
+        validation_size=int(cfg.listops_validation_size),
+        test_size=int(cfg.listops_test_size),
+        min_length=int(cfg.listops_min_length),
+        max_length=int(cfg.listops_max_length),
+        max_depth=int(cfg.listops_max_depth),
+        max_args=int(cfg.listops_max_args),
+    )
+
+
+def dataset_key(cfg) -> DatasetKey:
+    """The prepared data set that `config.data` names (checks text_file paths and checksums)."""
+    name = cfg.name
+    options = corpora.SourceOptions(
+        manual_dir=cfg.manual_dir or os.environ.get("SEQJAX_DATA_DIR") or None,
+        download=bool(cfg.download),
+        accept_checksum_mismatch=bool(cfg.accept_checksum_mismatch),
+    )
+    if name == "pystdlib":
+        config = corpora.pystdlib_config()
+    elif name == "text_file":
+        config = corpora.text_file_config(
+            cfg.path or "", accept_checksum_mismatch=options.accept_checksum_mismatch
+        )
+    elif name == "listops":
+        config = classification.listops_config(listops_spec(cfg), int(cfg.listops_num_procs))
+    else:
+        config = None
+    return DatasetKey(
+        tfds_name=TFDS_NAMES[name],
+        config_name=config.name if config else "",
+        data_dir=data_dir_of(cfg),
+        options=options,
+        config=config,
+    )
+
+
+def _builder_kwargs(key: DatasetKey) -> dict:
+    kwargs = {"options": key.options, "file_format": "array_record"}
+    if key.config is not None:
+        kwargs["config"] = key.config
+    return kwargs
+
+
+@functools.lru_cache(maxsize=32)
+def builder(key: DatasetKey) -> tfds.core.DatasetBuilder:
+    """The builder of `key`, prepared into `key.data_dir` on first use (array_record files)."""
+    b = _BUILDERS[key.tfds_name](data_dir=key.data_dir, **_builder_kwargs(key))
+    b.download_and_prepare(
+        download_config=tfds.download.DownloadConfig(manual_dir=key.options.manual_dir)
+    )
+    sources.check_prepared(
+        dict(b.info.metadata),
+        dataset=key.tfds_name.removeprefix("seqjax_"),
+        accept_mismatch=key.options.accept_checksum_mismatch,
+        where=str(b.data_dir),
+    )
+    return b
+
+
+def metadata(key: DatasetKey) -> dict:
+    """The builder's recorded metadata (`fingerprint`, `num_bytes`, `char_vocab`, ...)."""
+    return dict(builder(key).info.metadata)
+
+
+@functools.lru_cache(maxsize=32)
+def source(key: DatasetKey, split: str):
+    """TFDS random-access data source of one split (`tfds.data_source`, no TensorFlow)."""
+    builder(key)  # prepared once per process, and the same object answers `metadata`
+    return tfds.data_source(
+        key.tfds_name,
+        split=split,
+        data_dir=key.data_dir,
+        download=False,
+        builder_kwargs=_builder_kwargs(key),
+    )
+
+
+def vocab(key: DatasetKey, kind: str) -> vocab_lib.Vocab:
+    """The byte or char vocabulary of an LM corpus."""
+    if kind == "bytes":
+        return vocab_lib.Vocab("bytes")
+    meta = metadata(key)
+    return vocab_lib.Vocab("chars", tuple(meta["char_vocab"]), bool(meta["char_unk"]))
+
+
+@functools.lru_cache(maxsize=6)
+def tokens(key: DatasetKey, split: str, kind: str) -> np.ndarray:
+    """A whole LM split as token ids `[n]` (uint8 for bytes, uint16 for chars)."""
+    src = source(key, split)
+    records = src.__getitems__(list(range(len(src))))
+    records.sort(key=lambda r: int(r["index"]))
+    data = np.concatenate([np.asarray(r["bytes"], dtype=np.uint8) for r in records])
+    ids = vocab(key, kind).ids_from_bytes(data)
+    ids.setflags(write=False)
+    return ids
