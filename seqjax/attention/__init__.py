@@ -7,10 +7,14 @@ dropout_rng=None, **options) -> out`` on ``[batch, seq, heads, head_dim]`` array
 every built-in mechanism.
 """
 
-from seqjax.attention import dense  # noqa: F401  (registers "dense", "causal")
-from seqjax.attention import sparse  # noqa: F401
-from seqjax.attention import linformer  # noqa: F401
-from seqjax.attention import lsh  # noqa: F401  (registers "lsh")
+# Importing a mechanism's module registers it (one file and one name per mechanism).
+from seqjax.attention import (  # noqa: F401
+    dense,  # "dense", "causal"
+    linformer,  # "linformer"
+    lsh,  # "lsh"
+    relative,  # "relative" (Transformer-XL)
+    sparse,  # "sparse_strided", "sparse_fixed"
+)
 from seqjax.attention.registry import (
     Mechanism,
     check_options,
