@@ -1,0 +1,101 @@
+"""Default blocks of a job config (every field commented); config files override them.
+
+A job config is an ``ml_collections.ConfigDict`` with
+
+- ``seed``: parameter init and dropout seed;
+- ``data``: ``seqjax.data.default_config()`` (documented in ``seqjax/data/config.py``);
+- ``model``, ``optimizer``, ``train``, ``mesh``: the blocks below.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+
+def model() -> ml_collections.ConfigDict:
+    """``config.model`` (becomes a ``seqjax.models.TransformerConfig``; vocabulary size,
+    number of classes, padding id and causality come from the data)."""
+    c = ml_collections.ConfigDict()
+    # Attention: a registered name (seqjax.attention.names()) or a comma-separated per-layer
+    # cycle such as "lsh,dense" (layer i uses entry i mod len).
+    c.attention = "dense"
+    # Options per mechanism name, e.g. attention_options.dense.implementation = "chunked".
+    # Keys must be mechanism names; each mechanism validates its own option names.
+    c.attention_options = ml_collections.ConfigDict(
+        {"dense": ml_collections.ConfigDict({"implementation": "auto"})}
+    )
+    c.num_layers = 2  # N Transformer blocks
+    c.num_heads = 4  # H attention heads
+    c.d_model = 128  # E model width
+    c.head_dim = 0  # D per head; 0 = d_model // num_heads
+    c.d_ff = 0  # feed-forward width; 0 = 4 * d_model
+    c.max_len = 256  # longest input (positions, decode cache); >= data.seq_len / max_len
+    c.dropout_rate = 0.0  # residual and embedding dropout
+    c.attention_dropout_rate = 0.0  # dropout on attention probabilities
+    c.positional = "sinusoidal"  # "sinusoidal" | "learned" | "none"
+    c.tie_embeddings = True  # LM logits use the token embedding matrix
+    c.dtype = "float32"  # compute dtype: "float32" | "bfloat16" (parameters stay float32)
+    c.ff_chunk_size = 0  # feed-forward over chunks of this many positions (0 = whole)
+    c.remat = False  # rematerialize each block in the backward pass (less memory)
+    c.reversible = False  # reversible residual layers (Reformer)
+    c.pooling = "mean"  # classifier pooling: "mean" over non-pad tokens | "cls"
+    return c
+
+
+def optimizer() -> ml_collections.ConfigDict:
+    """``config.optimizer``: clip by global norm, then AdamW on warm-up + cosine decay."""
+    c = ml_collections.ConfigDict()
+    c.learning_rate = 1e-3  # peak learning rate (after warm-up)
+    c.warmup_steps = 100  # linear warm-up from 0
+    c.min_lr_ratio = 0.1  # cosine decays to learning_rate * min_lr_ratio at train.num_steps
+    c.b1 = 0.9  # Adam beta1
+    c.b2 = 0.99  # Adam beta2
+    c.eps = 1e-8  # Adam epsilon
+    c.weight_decay = 0.01  # decoupled weight decay on matrices (not biases / norms)
+    c.grad_clip_norm = 1.0  # clip gradients to this global norm (0 = no clipping)
+    # Split each global batch into this many sequential micro-batches (same update, less
+    # memory); data.batch_size / (mesh.data * mesh.fsdp) must be divisible by it.
+    c.grad_accum_steps = 1
+    return c
+
+
+def train() -> ml_collections.ConfigDict:
+    """``config.train``: length of the run, logging, evaluation, checkpoints, sample."""
+    c = ml_collections.ConfigDict()
+    c.num_steps = 1000  # optimizer updates (also the cosine schedule length)
+    c.log_every = 10  # write train metrics to metrics.jsonl / TensorBoard every N steps
+    c.eval_every = 250  # validation every N steps (0 = only the final test evaluation)
+    c.eval_max_batches = 20  # validation batches per evaluation during training (0 = all)
+    c.eval_batch_size = 0  # global batch for evaluation (0 = data.batch_size)
+    c.final_eval = True  # evaluate the whole test split at the end
+    c.checkpoint_every = 250  # save every N steps (0 = only at the end / on SIGTERM)
+    c.max_to_keep = 3  # newest checkpoints kept
+    c.async_checkpointing = True  # write checkpoints in the background while training
+    # Stop (with a checkpoint) once this many steps are done, without changing the schedule
+    # (time-sliced jobs; the resume tests). 0 = run to num_steps.
+    c.stop_after = 0
+    c.sample_prompt = "def "  # LM: prompt of the sample printed at the end
+    c.sample_length = 200  # LM: characters/tokens sampled at the end (0 = none)
+    c.sample_temperature = 0.8  # LM: sampling temperature (0 = greedy)
+    return c
+
+
+def mesh() -> ml_collections.ConfigDict:
+    """``config.mesh``: sizes of the device mesh axes (-1 = the remaining devices)."""
+    c = ml_collections.ConfigDict()
+    c.data = -1  # data parallelism (parameters replicated)
+    c.fsdp = 1  # data parallelism with parameters and optimizer state sharded
+    c.tensor = 1  # tensor parallelism over heads / feed-forward width / vocabulary
+    return c
+
+
+def base(data: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """A full job config around a ``config.data`` block."""
+    c = ml_collections.ConfigDict()
+    c.seed = 0  # parameter initialization and dropout
+    c.data = data
+    c.model = model()
+    c.optimizer = optimizer()
+    c.train = train()
+    c.mesh = mesh()
+    return c

@@ -1,0 +1,230 @@
+"""The training loop: one function, ``train_and_evaluate(config, workdir)``.
+
+It always resumes from the newest complete checkpoint in ``workdir`` (state, data-iterator
+position and RNG), so rerunning the same command after a crash, a ``kill -9`` or a
+preemption continues the same run: the losses after a resume equal an uninterrupted run's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from seqjax import data as data_lib
+from seqjax import evaluate as evaluate_lib
+from seqjax import sample as sample_lib
+from seqjax.train import checkpoint, setup, sharding
+from seqjax.train import metrics as metrics_lib
+from seqjax.train import step as step_lib
+
+
+class NonFiniteLossError(RuntimeError):
+    """Training produced a NaN/Inf loss, gradient or parameter; nothing was saved after it."""
+
+
+class _StopFlag:
+    """Set by SIGTERM (preemption, ``kill``): the loop saves a checkpoint and returns."""
+
+    def __init__(self):
+        self.requested = False
+        self._previous = None
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+
+    def _handle(self, signum, frame):
+        del frame
+        logging.warning("signal %d received: saving a checkpoint, then exiting", signum)
+        self.requested = True
+
+    def restore(self):
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+
+
+def _config_dict(config) -> dict:
+    return json.loads(config.to_json_best_effort())
+
+
+def _data_state_for_this_process(saved: dict) -> dict:
+    """The saved data state is process 0's; the pipelines differ only by process index."""
+    state = dict(saved)
+    state["spec"] = {**saved["spec"], "process_index": jax.process_index()}
+    return state
+
+
+def train_and_evaluate(config, workdir: str) -> dict:
+    """Trains (or resumes) the job described by ``config`` in ``workdir``.
+
+    Returns:
+      ``{'step', 'stopped', 'test': {...} or None, 'sample': str or None}``; ``stopped`` is
+      'done', 'preempted' (SIGTERM) or 'stop_after' (``config.train.stop_after`` reached).
+
+    Raises:
+      ConfigError: an invalid config (before anything compiles).
+      NonFiniteLossError: the loss became NaN/Inf; the last good checkpoint is kept.
+    """
+    t_cfg = config.train
+    Path(workdir).mkdir(parents=True, exist_ok=True)
+    primary = jax.process_index() == 0
+    run = setup.build(config)  # validates first
+    mesh = run.mesh
+    ckpt = checkpoint.Checkpointer(
+        workdir, max_to_keep=t_cfg.max_to_keep, async_save=t_cfg.async_checkpointing
+    )
+    train_iter = data_lib.make(
+        config.data,
+        split="train",
+        process_index=jax.process_index(),
+        process_count=jax.process_count(),
+        train=True,
+    )
+    latest = ckpt.latest_step()
+    if latest is None:
+        state = run.init()
+        logging.info("starting from scratch in %s", workdir)
+    else:
+        state, data_state = ckpt.restore(latest, run.abstract)
+        train_iter.set_state(_data_state_for_this_process(data_state))
+        logging.info("resumed from the checkpoint of step %d in %s", latest, workdir)
+    text = sharding.describe(state, run.shardings, mesh, config.data.batch_size)
+    sharding.log_sharding(text)
+    if primary:
+        (Path(workdir) / "sharding.txt").write_text(text + "\n")
+        metrics_lib.write_run_info(
+            workdir,
+            config,
+            {"resumed_from_step": latest, "mesh": dict(mesh.shape), "sharding": text},
+        )
+
+    train_step = step_lib.jit_train_step(
+        step_lib.make_train_step(
+            run.model,
+            run.task,
+            run.tx,
+            run.schedule,
+            accum_steps=config.optimizer.grad_accum_steps,
+            mesh=mesh,
+        ),
+        run.shardings,
+        mesh,
+    )
+    evaluator = evaluate_lib.Evaluator(run)
+    writer = metrics_lib.MetricWriter(workdir, enabled=primary)
+    tokens_per_step = config.data.batch_size * (config.data.seq_len if run.task == "lm" else 1)
+    step = int(jax.device_get(state["step"]))
+    num_steps = t_cfg.num_steps
+    progress = metrics_lib.Progress(
+        num_steps, step, enabled=primary, tokens_per_step=tokens_per_step
+    )
+    flag = _StopFlag()
+    pending: list = []  # [(step, device metrics)] not yet fetched (one step late)
+    config_dict = _config_dict(config)
+    t_start = time.perf_counter()
+
+    def flush():
+        """Fetches pending metrics; stops on a non-finite value before anything is saved."""
+        while pending:
+            s, m = pending.pop(0)
+            m = jax.device_get(m)
+            if not m["finite"]:
+                ckpt.wait()  # finish any save of an earlier, good state; save nothing else
+                good = ckpt.latest_step()
+                raise NonFiniteLossError(
+                    f"non-finite training value at step {s}: loss={float(m['loss'])}, "
+                    f"grad_norm={float(m['grad_norm'])}, param_norm={float(m['param_norm'])}. "
+                    f"Stopped without saving; the last good checkpoint (step {good}) in "
+                    f"{ckpt.directory} is untouched. Lower config.optimizer.learning_rate, "
+                    "raise warmup_steps or set grad_clip_norm, then rerun to resume from it."
+                )
+            progress.update(s, float(m["loss"]))
+            if s % t_cfg.log_every == 0 or s == num_steps:
+                elapsed = time.perf_counter() - t_start
+                extra = {
+                    "steps_per_s": progress.steps_per_s,
+                    "tokens_per_s": progress.steps_per_s * tokens_per_step,
+                    "elapsed_s": elapsed,
+                }
+                m = {k: v for k, v in m.items() if k != "finite"}
+                writer.write(s, {**m, **extra}, prefix="train/")
+
+    last_saved = [latest]
+
+    def save(s):
+        flush()
+        if s != last_saved[0]:
+            ckpt.save(s, state, train_iter.get_state(), config_dict)
+            last_saved[0] = s
+
+    stopped = "done"
+    try:
+        with sharding.rules_and_mesh(mesh):
+            while step < num_steps:
+                if flag.requested or (
+                    jax.process_count() > 1 and ckpt.manager.reached_preemption(step)
+                ):
+                    stopped = "preempted"
+                    break
+                if t_cfg.stop_after and step >= t_cfg.stop_after:
+                    stopped = "stop_after"
+                    break
+                batch = sharding.global_batch(next(train_iter), mesh)
+                state, m = train_step(state, batch)
+                step += 1
+                flush()  # the previous step's metrics, while this step runs
+                pending.append((step, m))
+                if t_cfg.checkpoint_every and step % t_cfg.checkpoint_every == 0:
+                    save(step)
+                if t_cfg.eval_every and step % t_cfg.eval_every == 0 and step < num_steps:
+                    flush()
+                    res = evaluator(
+                        state["params"], "validation", max_batches=t_cfg.eval_max_batches
+                    )
+                    writer.write(step, res, prefix="validation/")
+                    progress.write(f"step {step}: validation {_fmt(res)}")
+        save(step)
+        ckpt.wait()
+    finally:
+        flag.restore()
+        progress.close()
+    result = {"step": step, "stopped": stopped, "test": None, "sample": None}
+    if stopped != "done":
+        logging.info("stopped (%s) at step %d; checkpoint saved, rerun to resume", stopped, step)
+        writer.close()
+        ckpt.close()
+        return result
+    if t_cfg.final_eval:
+        res = evaluator(state["params"], "test")
+        writer.write(step, res, prefix="test/")
+        result["test"] = res
+        logging.info("test split at step %d: %s", step, _fmt(res))
+        if primary:
+            print(f"test ({step} steps): {_fmt(res)}", flush=True)
+    if run.task == "lm" and t_cfg.sample_length:
+        text = sample_lib.sample_text(
+            run,
+            state["params"],
+            t_cfg.sample_prompt,
+            t_cfg.sample_length,
+            temperature=t_cfg.sample_temperature,
+            seed=config.seed,
+        )
+        result["sample"] = text
+        if primary:
+            print(f"sample:\n{t_cfg.sample_prompt}{text}", flush=True)
+    result["train_seconds"] = time.perf_counter() - t_start
+    if primary:
+        (Path(workdir) / "result.json").write_text(json.dumps(result, indent=2) + "\n")
+    writer.close()
+    ckpt.close()
+    return result
+
+
+def _fmt(res: dict) -> str:
+    return ", ".join(f"{k}={v:.4f}" for k, v in res.items() if isinstance(v, float | np.floating))

@@ -1,0 +1,185 @@
+"""What the job shows and records: metrics.jsonl, TensorBoard events, a progress bar, and a
+description of the run (config, git commit, package versions, devices) written at start.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import json
+import math
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import tqdm
+
+PACKAGES = (
+    "jax",
+    "jaxlib",
+    "flax",
+    "optax",
+    "orbax-checkpoint",
+    "grain",
+    "tensorflow-datasets",
+    "ml-collections",
+    "numpy",
+    "tensorboardX",
+)
+
+
+def bits(nats_per_token: float) -> float:
+    """Nats -> bits (bits per character/byte when a token is a character/byte)."""
+    return nats_per_token / math.log(2.0)
+
+
+def eval_summary(sums: dict, task: str, vocab: str | None) -> dict:
+    """Loss, accuracy and, for LMs, bits per char/byte and perplexity from weighted sums."""
+    w = max(float(sums["weight_sum"]), 1.0)
+    loss = float(sums["loss_sum"]) / w
+    out = {"loss": loss, "accuracy": float(sums["correct_sum"]) / w, "count": float(w)}
+    if task == "lm":
+        out["bits_per_char" if vocab == "chars" else "bits_per_byte"] = bits(loss)
+        out["perplexity"] = math.exp(min(loss, 700.0))
+    return out
+
+
+class MetricWriter:
+    """Appends ``{"step": s, ...}`` lines to ``metrics.jsonl`` and scalars to TensorBoard.
+
+    Only the primary process writes; other processes get a no-op writer.
+    """
+
+    def __init__(self, workdir: str, *, enabled: bool = True):
+        self.enabled = enabled
+        self._tb = None
+        if enabled:
+            from tensorboardX import SummaryWriter
+
+            self._file = open(Path(workdir) / "metrics.jsonl", "a", buffering=1)
+            self._tb = SummaryWriter(str(Path(workdir) / "tensorboard"))
+
+    def write(self, step: int, metrics: dict, prefix: str = "") -> None:
+        if not self.enabled:
+            return
+        clean = {prefix + k: float(v) for k, v in metrics.items()}
+        self._file.write(json.dumps({"step": int(step), "time": time.time(), **clean}) + "\n")
+        for k, v in clean.items():
+            self._tb.add_scalar(k, v, step)
+
+    def close(self) -> None:
+        if self.enabled:
+            self._file.close()
+            self._tb.close()
+
+
+def read_metrics(workdir: str) -> list[dict]:
+    """All lines of ``metrics.jsonl`` (a resumed run appends; later lines win per step)."""
+    path = Path(workdir) / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def git_commit() -> str:
+    """``<sha>`` or ``<sha>-dirty`` of the repository holding seqjax, or 'unknown'."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+        return (sha + ("-dirty" if dirty else "")) if sha else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def versions() -> dict:
+    out = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def write_run_info(workdir: str, config, extra: dict | None = None) -> dict:
+    """Writes ``config.json`` and ``run_info.json`` (a new ``run_info.<n>.json`` per restart)."""
+    info = {
+        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "argv": sys.argv,
+        "host": socket.gethostname(),
+        "git_commit": git_commit(),
+        "versions": versions(),
+        "backend": jax.default_backend(),
+        "process_count": jax.process_count(),
+        "devices": [str(d) for d in jax.devices()],
+        "device_kind": jax.devices()[0].device_kind,
+        "cpu_count": os.cpu_count(),
+        **(extra or {}),
+    }
+    work = Path(workdir)
+    (work / "config.json").write_text(config.to_json_best_effort(indent=2) + "\n")
+    n = 0
+    while (work / f"run_info.{n}.json").exists():
+        n += 1
+    (work / f"run_info.{n}.json").write_text(json.dumps(info, indent=2) + "\n")
+    return info
+
+
+class Progress:
+    """A tqdm bar over training steps (process 0) with loss, steps/s, tokens/s and ETA.
+
+    Rates are measured between successive ``update`` calls on the host, i.e. on metrics that
+    arrived one step late, so they include everything the loop does.
+    """
+
+    def __init__(self, total: int, initial: int, *, enabled: bool, tokens_per_step: int):
+        self.bar = tqdm.tqdm(
+            total=total,
+            initial=initial,
+            disable=not enabled,
+            desc="train",
+            unit="step",
+            dynamic_ncols=True,
+            mininterval=1.0,
+            smoothing=0.1,
+        )
+        self.tokens_per_step = tokens_per_step
+        self._last = (initial, time.perf_counter())
+        self.steps_per_s = float("nan")
+
+    def update(self, step: int, loss: float) -> None:
+        now = time.perf_counter()
+        s0, t0 = self._last
+        if step > s0 and now > t0:
+            rate = (step - s0) / (now - t0)
+            a = 0.3 if np.isfinite(self.steps_per_s) else 1.0
+            self.steps_per_s = a * rate + (1 - a) * (self.steps_per_s if a < 1 else 0.0)
+        self._last = (step, now)
+        self.bar.update(step - self.bar.n)
+        self.bar.set_postfix(
+            loss=f"{loss:.4f}",
+            steps_s=f"{self.steps_per_s:.2f}",
+            tok_s=f"{self.steps_per_s * self.tokens_per_step:,.0f}",
+            refresh=False,
+        )
+
+    def write(self, text: str) -> None:
+        self.bar.write(text) if not self.bar.disable else None
+
+    def close(self) -> None:
+        self.bar.close()

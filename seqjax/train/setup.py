@@ -1,0 +1,100 @@
+"""Everything a job builds from its config: data info, model, optimizer, mesh, sharded state.
+
+Shared by the training loop (``seqjax.train.loop``), ``seqjax.evaluate`` and
+``seqjax.sample``, so all three rebuild exactly the same model from a workdir's config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import jax
+import ml_collections
+
+from seqjax import data as data_lib
+from seqjax.train import checkpoint, config_validation, sharding, state
+
+
+@dataclasses.dataclass
+class Run:
+    """The built job.
+
+    Attributes:
+      config: the ConfigDict.
+      info: ``seqjax.data.DataInfo`` (vocabulary, task, encode/decode).
+      model_cfg: the ``TransformerConfig``.
+      model: the Flax module (LM or classifier).
+      tx, schedule: optimizer and learning-rate schedule.
+      mesh: the device mesh.
+      abstract: the unboxed abstract state (ShapeDtypeStructs with shardings).
+      shardings: NamedShardings of the state.
+      init: jitted ``() -> state`` (arrays created on their devices).
+    """
+
+    config: ml_collections.ConfigDict
+    info: Any
+    model_cfg: Any
+    model: Any
+    tx: Any
+    schedule: Any
+    mesh: jax.sharding.Mesh
+    abstract: Any
+    shardings: Any
+    init: Any
+
+    @property
+    def task(self) -> str:
+        return self.info.task
+
+
+def build(config, *, validate: bool = True) -> Run:
+    """Validates ``config`` (before anything compiles) and builds the job's pieces."""
+    if validate:
+        config_validation.validate(config)
+    mesh = sharding.make_mesh(config.mesh)
+    info = data_lib.info(config.data)
+    model_cfg = state.model_config(config, info)
+    model = state.make_model(model_cfg, info.task)
+    tx, schedule = state.make_optimizer(config.optimizer, config.train.num_steps)
+    input_shape = (1, config_validation.input_length(config) - (1 if _cls(config, info) else 0))
+    abstract, shardings, init = state.create_state(model, tx, input_shape, config.seed, mesh)
+    return Run(config, info, model_cfg, model, tx, schedule, mesh, abstract, shardings, init)
+
+
+def _cls(config, info) -> bool:
+    return info.task == "classification" and config.model.pooling == "cls"
+
+
+def load_config(workdir: str) -> ml_collections.ConfigDict:
+    """The ``config.json`` a training job wrote into ``workdir``."""
+    path = Path(workdir) / "config.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist: is {workdir!r} a seqjax workdir?")
+    return ml_collections.ConfigDict(json.loads(path.read_text()))
+
+
+def restore_latest(workdir: str, *, single_device: bool = True):
+    """Rebuilds a workdir's job and restores its newest complete checkpoint.
+
+    Args:
+      workdir: a training job's workdir.
+      single_device: ignore the saved mesh and restore onto a 1-device mesh (evaluation,
+        sampling on a laptop).
+
+    Returns:
+      ``(run, state, step)``.
+    """
+    config = load_config(workdir)
+    if single_device:
+        config.mesh = ml_collections.ConfigDict({"data": 1, "fsdp": 1, "tensor": 1})
+    run = build(config, validate=False)
+    ckpt = checkpoint.Checkpointer(workdir, max_to_keep=config.train.max_to_keep, async_save=False)
+    step = ckpt.latest_step()
+    if step is None:
+        raise FileNotFoundError(f"no complete checkpoint under {ckpt.directory}")
+    st, _ = ckpt.restore(step, run.abstract)
+    ckpt.close()
+    return run, st, step

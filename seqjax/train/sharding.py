@@ -1,0 +1,183 @@
+"""Device mesh, logical-axis rules and sharded arrays.
+
+One table (``RULES``) maps the logical axis names the models put on parameters and
+activations (``seqjax.models.layers``: vocab, embed, heads, kv, mlp, length, batch) to the
+mesh axes ``data`` (pure data parallelism), ``fsdp`` (data parallelism whose parameters and
+optimizer state are sharded too) and ``tensor`` (Megatron-style tensor parallelism over
+heads / the feed-forward width / the vocabulary).
+
+Legend: B global batch, b per-process batch, T sequence length.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+
+import flax.linen as nn
+import jax
+import numpy as np
+from jax.sharding import AxisType, NamedSharding, PartitionSpec
+
+MESH_AXES = ("data", "fsdp", "tensor")
+
+# Logical axis -> mesh axes, by priority (Flax assigns a mesh axis at most once per array,
+# so activations ("batch", "length", "embed") shard the batch over data+fsdp and keep the
+# embedding whole, while the parameters' "embed" dimension is sharded over fsdp).
+RULES = (
+    ("batch", ("data", "fsdp")),
+    ("vocab", "tensor"),
+    ("heads", "tensor"),
+    ("mlp", "tensor"),
+    ("embed", "fsdp"),
+    ("kv", None),
+    ("length", None),
+)
+
+
+def maybe_initialize_distributed() -> None:
+    """``jax.distributed.initialize()`` when the environment says this is one of several
+    processes (a coordinator address, a SLURM/OpenMPI job of several tasks, a TPU pod)."""
+    env = os.environ
+    several = (
+        "JAX_COORDINATOR_ADDRESS" in env
+        or int(env.get("SLURM_NTASKS", "1")) > 1
+        or int(env.get("OMPI_COMM_WORLD_SIZE", "1")) > 1
+        or "TPU_WORKER_HOSTNAMES" in env
+        and "," in env["TPU_WORKER_HOSTNAMES"]
+    )
+    if several and not jax.distributed.is_initialized():
+        jax.distributed.initialize()
+
+
+def resolve_mesh_shape(mesh_cfg, num_devices: int) -> tuple[int, int, int]:
+    """Sizes of (data, fsdp, tensor) with ``-1`` (at most one) = the rest of the devices.
+
+    Raises:
+      ValueError: naming ``config.mesh.<axis>`` when a size is invalid or the mesh needs more
+        devices than there are.
+    """
+    sizes = {}
+    for axis in MESH_AXES:
+        size = mesh_cfg.get(axis, 1)
+        if not isinstance(size, int) or (size < 1 and size != -1):
+            raise ValueError(
+                f"config.mesh.{axis}={size!r} is invalid; valid: a positive int or -1 "
+                "(the remaining devices)"
+            )
+        sizes[axis] = size
+    rest = [a for a, s in sizes.items() if s == -1]
+    if len(rest) > 1:
+        raise ValueError(f"config.mesh: at most one axis may be -1; got -1 for {rest}")
+    fixed = math.prod(s for s in sizes.values() if s != -1)
+    if rest:
+        if num_devices % fixed:
+            raise ValueError(
+                f"config.mesh: the fixed axes ({fixed} devices) do not divide the "
+                f"{num_devices} devices, so config.mesh.{rest[0]}=-1 cannot take the rest"
+            )
+        sizes[rest[0]] = num_devices // fixed
+    total = math.prod(sizes.values())
+    if total > num_devices:
+        raise ValueError(
+            f"config.mesh data={sizes['data']} x fsdp={sizes['fsdp']} x tensor="
+            f"{sizes['tensor']} = {total} devices, but only {num_devices} are available "
+            f"({jax.default_backend()}); valid: a product <= {num_devices}"
+        )
+    return sizes["data"], sizes["fsdp"], sizes["tensor"]
+
+
+def make_mesh(mesh_cfg) -> jax.sharding.Mesh:
+    """The ``('data', 'fsdp', 'tensor')`` mesh over the first ``prod(sizes)`` devices."""
+    devices = jax.devices()
+    shape = resolve_mesh_shape(mesh_cfg, len(devices))
+    used = devices[: math.prod(shape)]
+    return jax.make_mesh(shape, MESH_AXES, axis_types=(AxisType.Auto,) * 3, devices=used)
+
+
+@contextlib.contextmanager
+def rules_and_mesh(mesh):
+    """Context for running model code on ``mesh``.
+
+    Only the mesh is set, not ``nn.logical_axis_rules``: under logical rules Flax constrains
+    ``DenseGeneral``'s flat (rank-2) kernel with the rank-3 names of the reshaped kernel and
+    fails (flax 0.12, also in ``apply``, whose shape check re-runs the initializer
+    abstractly). So the models' ``with_logical_constraint`` calls on activations are no-ops;
+    parameter and batch shardings are explicit in ``jax.jit`` and XLA propagates the rest.
+    """
+    with jax.set_mesh(mesh):
+        yield
+
+
+def _mesh_spec(logical, shape, mesh) -> PartitionSpec:
+    """Logical names -> PartitionSpec; a dimension a mesh axis does not divide is replicated."""
+    if logical is None or not isinstance(logical, PartitionSpec | tuple):
+        return PartitionSpec()
+    axes = list(nn.logical_to_mesh_axes(tuple(logical), RULES))
+    for d, ax in enumerate(axes):
+        if ax is None:
+            continue
+        names = (ax,) if isinstance(ax, str) else tuple(ax)
+        if shape[d] % math.prod(mesh.shape[n] for n in names):
+            axes[d] = None
+    return PartitionSpec(*axes)
+
+
+def state_shardings(abstract_boxed, mesh):
+    """NamedShardings for the unboxed state from its abstract, logically-boxed version.
+
+    Args:
+      abstract_boxed: ``jax.eval_shape`` of a state whose parameters (and optimizer moments)
+        are ``nn.LogicallyPartitioned`` boxes.
+      mesh: the device mesh.
+    """
+    logical = nn.get_partition_spec(abstract_boxed)
+    shapes = nn.unbox(abstract_boxed)
+    return jax.tree.map(
+        lambda spec, x: NamedSharding(mesh, _mesh_spec(spec, x.shape, mesh)),
+        logical,
+        shapes,
+        is_leaf=lambda s: isinstance(s, PartitionSpec),
+    )
+
+
+def batch_sharding(mesh) -> NamedSharding:
+    """Leading (batch) axis split over data and fsdp, the rest replicated."""
+    return NamedSharding(mesh, PartitionSpec(("data", "fsdp")))
+
+
+def data_parallel_size(mesh) -> int:
+    return mesh.shape["data"] * mesh.shape["fsdp"]
+
+
+def global_batch(local: dict, mesh) -> dict:
+    """Assembles this process's numpy batch into global ``jax.Array``s sharded over the batch."""
+    sharding = batch_sharding(mesh)
+    return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local.items()}
+
+
+def describe(state, shardings, mesh, global_batch_size: int) -> str:
+    """Text logged at start: batch sizes and each parameter's shape and sharding."""
+    dp = data_parallel_size(mesh)
+    lines = [
+        f"mesh {dict(mesh.shape)} over {mesh.devices.size} of {jax.device_count()} devices "
+        f"({jax.process_count()} process(es))",
+        f"batch: global {global_batch_size}, per process "
+        f"{global_batch_size // jax.process_count()}, per device {global_batch_size // dp} "
+        f"(data-parallel size {dp})",
+    ]
+    flat = jax.tree_util.tree_flatten_with_path(state["params"])[0]
+    flat_sh = jax.tree.leaves(shardings["params"], is_leaf=lambda s: isinstance(s, NamedSharding))
+    n = sum(int(np.prod(x.shape)) for _, x in flat)
+    lines.append(f"parameters: {n:,}")
+    for (path, x), sh in zip(flat, flat_sh):
+        name = "/".join(str(getattr(p, "key", p)) for p in path)
+        lines.append(f"  {name:48s} {str(tuple(x.shape)):18s} {sh.spec}")
+    return "\n".join(lines)
+
+
+def log_sharding(text: str) -> None:
+    for line in text.splitlines():
+        logging.info(line)

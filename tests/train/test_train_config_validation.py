@@ -1,0 +1,72 @@
+"""Every invalid config fails with one clear error naming the field, before compiling."""
+
+from __future__ import annotations
+
+import jax
+import pytest
+
+from seqjax.train import config_validation, loop
+
+# (override, text the message must contain: the field and the valid values)
+CASES = [
+    ({"model.attention": "flashy"}, ["config.model.attention", "valid", "dense"]),
+    ({"model.attention": "dense,nope"}, ["config.model.attention", "'nope'"]),
+    ({"data.batch_size": 12, "mesh.data": 8}, ["config.data.batch_size", "= 8"]),
+    ({"mesh.data": 4, "mesh.tensor": 4}, ["config.mesh", "16 devices", "<= 8"]),
+    ({"mesh.data": -1, "mesh.fsdp": -1}, ["config.mesh", "at most one axis may be -1"]),
+    ({"data.seq_len": 128}, ["config.data.seq_len", "model.max_len=64"]),
+    ({"model.dtype": "float8"}, ["config.model.dtype", "bfloat16"]),
+    ({"model.d_model": 30, "model.num_heads": 4}, ["config.model.d_model", "num_heads=4"]),
+    ({"optimizer.grad_accum_steps": 3}, ["config.optimizer.grad_accum_steps", "divisor"]),
+    ({"optimizer.warmup_steps": 100}, ["config.optimizer.warmup_steps", "num_steps=40"]),
+    ({"model.positional": "rope"}, ["config.model.positional", "sinusoidal"]),
+    ({"data.name": "wikitext"}, ["config.data.name", "pystdlib"]),
+    ({"train.log_every": 0}, ["config.train.log_every", "positive"]),
+    ({"mesh.tensor": 3, "mesh.data": 1}, ["config.mesh.tensor", "num_heads=2"]),
+    ({"model.ff_chunk_size": 5}, ["config.model.ff_chunk_size", "divisor"]),
+]
+
+
+def _set(config, key, value):
+    node = config
+    *parents, leaf = key.split(".")
+    for p in parents:
+        node = node[p]
+    node[leaf] = value
+
+
+@pytest.mark.parametrize("override,expected", CASES, ids=[str(c[0]) for c in CASES])
+def test_invalid_config_is_reported(helpers, corpus, override, expected):
+    config = helpers.tiny_config(corpus)
+    for k, v in override.items():
+        _set(config, k, v)
+    with pytest.raises(config_validation.ConfigError) as e:
+        config_validation.validate(config, num_devices=8, process_count=1)
+    for text in expected:
+        assert text in str(e.value), str(e.value)
+
+
+def test_unknown_attention_option_is_reported(helpers, corpus):
+    config = helpers.tiny_config(corpus)
+    config.model.attention_options.dense.unlock()
+    config.model.attention_options.dense.blok_q = 64
+    with pytest.raises(config_validation.ConfigError, match="attention_options.dense.*blok_q"):
+        config_validation.validate(config, num_devices=8, process_count=1)
+
+
+def test_valid_config_passes(helpers, corpus):
+    config_validation.validate(helpers.tiny_config(corpus), num_devices=8, process_count=1)
+
+
+def test_train_rejects_before_compiling(helpers, corpus, tmp_path, monkeypatch):
+    """The loop validates before any jit: a jit call would raise a different error."""
+
+    def no_jit(*args, **kwargs):
+        raise AssertionError("compiled before validating the config")
+
+    monkeypatch.setattr(jax, "jit", no_jit)
+    config = helpers.tiny_config(corpus)
+    _set(config, "model.attention", "flashy")
+    with pytest.raises(config_validation.ConfigError, match="config.model.attention"):
+        loop.train_and_evaluate(config, str(tmp_path))
+    assert not (tmp_path / "checkpoints").exists()
