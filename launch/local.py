@@ -29,8 +29,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def process_env(i: int, n: int, devices: int, port: int) -> dict:
-    env = dict(os.environ)
+def process_env(i: int, n: int, devices: int, port: int, base: dict | None = None) -> dict:
+    env = dict(os.environ if base is None else base)
     env.update(
         {
             "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}",
@@ -59,8 +59,15 @@ def launch(
     main_args: list[str],
     module: str = "seqjax.main",
     poll_s: float = 0.2,
+    env: dict | None = None,
+    cwd: str | None = None,
 ) -> int:
-    """Starts the processes and waits; returns 0 or the first failing exit status."""
+    """Starts the processes and waits; returns 0 or the first failing exit status.
+
+    Args:
+      env: base environment of the processes (default: this process's).
+      cwd: their working directory.
+    """
     port = free_port()
     workdir = _workdir(main_args)
     log_dir = workdir if workdir is not None else Path(".")
@@ -75,8 +82,9 @@ def launch(
             procs.append(
                 subprocess.Popen(
                     [sys.executable, "-m", module, *main_args],
-                    env=process_env(i, num_processes, devices_per_process, port),
+                    env=process_env(i, num_processes, devices_per_process, port, env),
                     stdout=out,
+                    cwd=cwd,
                     stderr=subprocess.STDOUT if out else None,
                     start_new_session=True,
                 )

@@ -140,15 +140,18 @@ def _module_params(module, *, q, k, v, options):
     _, t, h, d = q.shape
     s = k.shape[1]
     r_SE = relative_sinusoid(s, h * d, options.get("clamp_len", -1))
-    r_SHD = nn.DenseGeneral(
-        (h, d),
-        use_bias=False,
-        kernel_init=nn.with_logical_partitioning(
-            nn.initializers.variance_scaling(1.0, "fan_in", "truncated_normal"),
+    # W_R, stored as [E, H, D] so its logical names apply under sharding rules.
+    w_r_EHD = module.param(
+        "r_net",
+        nn.with_logical_partitioning(
+            nn.initializers.variance_scaling(
+                1.0, "fan_in", "truncated_normal", in_axis=0, out_axis=(1, 2)
+            ),
             ("embed", "heads", "kv"),
         ),
-        name="r_net",
-    )(r_SE)
+        (h * d, h, d),
+    )
+    r_SHD = jnp.einsum("se,ehd->shd", r_SE, w_r_EHD)
     out = {"r": r_SHD}
     if options.get("untie_r", False):
         out.update(_bias_params(module, h, d))

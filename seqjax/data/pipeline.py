@@ -275,22 +275,25 @@ class DataIterator:
     def set_state(self, state: dict) -> None:
         """Restores a `get_state` state: the next batch is the one after those delivered.
 
-        With the same `num_workers` grain's own state is restored; with another worker count
-        (whose grain state has another layout) the pipeline restarts at the saved step.
+        With the same `num_workers` and process layout grain's own state is restored; with
+        another worker count or process layout the pipeline restarts at the saved step.
 
         Raises:
           ValueError: the state belongs to another data configuration or process layout.
         """
         spec = dict(state.get("spec", {}))
-        if spec != self.spec:
-            diff = {k: (spec.get(k), self.spec.get(k)) for k in set(spec) | set(self.spec)}
-            diff = {k: v for k, v in diff.items() if v[0] != v[1]}
+        diff = {k: (spec.get(k), self.spec.get(k)) for k in set(spec) | set(self.spec)}
+        diff = {k: v for k, v in diff.items() if v[0] != v[1]}
+        # Rows are a function of the global row number, so another process layout (a run
+        # resumed on more or fewer hosts) continues the same global batches from the step.
+        relayout = bool(diff) and set(diff) <= {"process_index", "process_count"}
+        if diff and not relayout:
             raise ValueError(
                 f"data iterator state does not match config.data: (saved, now) = {diff}. "
-                "Restore with the same data config, batch size and process count."
+                "Restore with the same data config and batch size."
             )
         self.close()
-        if state.get("num_workers") == self._num_workers:
+        if state.get("num_workers") == self._num_workers and not relayout:
             self._start, self._it = state["start"], self._make_iterator(state["start"])
             self._it.set_state(state["grain"])
         else:

@@ -8,7 +8,9 @@ LM split into memory as token ids (cached per process: enwik8's train split is 9
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import functools
 import os
 
@@ -103,13 +105,32 @@ def _builder_kwargs(key: DatasetKey) -> dict:
     return kwargs
 
 
+@contextlib.contextmanager
+def _prepare_lock(data_dir: str, name: str):
+    """An exclusive ``flock`` on ``data_dir/.name.lock`` (no-op for non-local paths)."""
+    if "://" in str(data_dir):
+        yield
+        return
+    os.makedirs(data_dir, exist_ok=True)
+    with open(os.path.join(data_dir, f".{name}.lock"), "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 @functools.lru_cache(maxsize=32)
 def builder(key: DatasetKey) -> tfds.core.DatasetBuilder:
     """The builder of `key`, prepared into `key.data_dir` on first use (array_record files)."""
-    b = _BUILDERS[key.tfds_name](data_dir=key.data_dir, **_builder_kwargs(key))
-    b.download_and_prepare(
-        download_config=tfds.download.DownloadConfig(manual_dir=key.options.manual_dir)
-    )
+    # Several processes (local multi-process runs, hosts sharing a filesystem) may reach
+    # this at once: the first prepares, the others wait for it and then reuse its files
+    # (the builder is created under the lock so that it reads the finished dataset's info).
+    with _prepare_lock(key.data_dir, key.tfds_name):
+        b = _BUILDERS[key.tfds_name](data_dir=key.data_dir, **_builder_kwargs(key))
+        b.download_and_prepare(
+            download_config=tfds.download.DownloadConfig(manual_dir=key.options.manual_dir)
+        )
     sources.check_prepared(
         dict(b.info.metadata),
         dataset=key.tfds_name.removeprefix("seqjax_"),

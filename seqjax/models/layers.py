@@ -63,6 +63,59 @@ def sinusoidal_positions(length: int, width: int) -> np.ndarray:
     return pe
 
 
+class HeadsProjection(nn.Module):
+    """``[B, T, E] -> [B, T, H, D]`` with a kernel stored as ``[E, H, D]``.
+
+    The kernel is created in its final shape (not flattened as ``nn.DenseGeneral`` does), so
+    its logical axis names ``(embed, heads, kv)`` apply under ``nn.logical_axis_rules``.
+    """
+
+    num_heads: int
+    head_dim: int
+    dtype: Dtype = jnp.float32
+    param_dtype: Dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x_BTE):
+        kernel_EHD = self.param(
+            "kernel",
+            nn.with_logical_partitioning(
+                nn.initializers.variance_scaling(
+                    1.0, "fan_in", "truncated_normal", in_axis=0, out_axis=(1, 2)
+                ),
+                ("embed", "heads", "kv"),
+            ),
+            (x_BTE.shape[-1], self.num_heads, self.head_dim),
+            self.param_dtype,
+        )
+        return jnp.einsum("bte,ehd->bthd", x_BTE.astype(self.dtype), kernel_EHD.astype(self.dtype))
+
+
+class HeadsOutput(nn.Module):
+    """``[B, T, H, D] -> [B, T, E]`` with a kernel stored as ``[H, D, E]``."""
+
+    features: int
+    init_scale: float = 1.0
+    dtype: Dtype = jnp.float32
+    param_dtype: Dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x_BTHD):
+        h, d = x_BTHD.shape[-2:]
+        kernel_HDE = self.param(
+            "kernel",
+            nn.with_logical_partitioning(
+                nn.initializers.variance_scaling(
+                    self.init_scale, "fan_in", "truncated_normal", in_axis=(0, 1), out_axis=2
+                ),
+                ("heads", "kv", "embed"),
+            ),
+            (h, d, self.features),
+            self.param_dtype,
+        )
+        return jnp.einsum("bthd,hde->bte", x_BTHD.astype(self.dtype), kernel_HDE.astype(self.dtype))
+
+
 class MultiHeadAttention(nn.Module):
     """Q/K/V/output projections around any registered attention mechanism.
 
@@ -95,16 +148,10 @@ class MultiHeadAttention(nn.Module):
     param_dtype: Dtype = jnp.float32
     decode: bool = False
 
-    def _proj(self, name: str, x):
-        return nn.DenseGeneral(
-            features=(self.num_heads, self.head_dim),
-            axis=-1,
-            dtype=self.dtype,
-            param_dtype=self.param_dtype,
-            kernel_init=nn.with_logical_partitioning(dense_init(), ("embed", "heads", "kv")),
-            use_bias=False,
-            name=name,
-        )(x)
+    def _proj(self, name: str, x_BTE):
+        return HeadsProjection(
+            self.num_heads, self.head_dim, self.dtype, self.param_dtype, name=name
+        )(x_BTE)
 
     @nn.compact
     def __call__(
@@ -154,16 +201,8 @@ class MultiHeadAttention(nn.Module):
         out_BTHD = mech.fn(
             q_BTHD, k_BSHD, v_BSHD, causal=causal, mask=mask_BS, segment_ids=segment_ids, **kwargs
         )
-        return nn.DenseGeneral(
-            features=x_BTE.shape[-1],
-            axis=(-2, -1),
-            dtype=self.dtype,
-            param_dtype=self.param_dtype,
-            kernel_init=nn.with_logical_partitioning(
-                dense_init(self.out_init_scale), ("heads", "kv", "embed")
-            ),
-            use_bias=False,
-            name="out",
+        return HeadsOutput(
+            x_BTE.shape[-1], self.out_init_scale, self.dtype, self.param_dtype, name="out"
         )(out_BTHD)
 
     def _update_cache(self, k_B1HD, v_B1HD):

@@ -187,12 +187,14 @@ class Encoder(nn.Module):
         embed = nn.Embed(
             cfg.vocab_size,
             cfg.d_model,
+            # std E^-1/2, inputs scaled by sqrt(E) (Vaswani et al. §3.4): unit-size inputs
+            # and unit-size tied output logits at initialization.
             embedding_init=nn.with_logical_partitioning(
-                nn.initializers.normal(stddev=1.0), ("vocab", "embed")
+                nn.initializers.normal(stddev=cfg.d_model**-0.5), ("vocab", "embed")
             ),
             name="embed",
         )
-        x_BTE = embed(tokens_BT)
+        x_BTE = embed(tokens_BT) * jnp.sqrt(float(cfg.d_model))
         if prefix_BPE is not None:  # e.g. a CLS vector prepended by the classifier
             x_BTE = jnp.concatenate([prefix_BPE.astype(x_BTE.dtype), x_BTE], axis=1)
         t = x_BTE.shape[1]

@@ -124,12 +124,15 @@ class TransformerXL(nn.Module):
         embed = nn.Embed(
             cfg.vocab_size,
             cfg.d_model,
+            # std E^-1/2, inputs scaled by sqrt(E) (Vaswani et al. §3.4): unit-size inputs
+            # and unit-size tied output logits at initialization.
             embedding_init=nn.with_logical_partitioning(
-                nn.initializers.normal(stddev=1.0), ("vocab", "embed")
+                nn.initializers.normal(stddev=cfg.d_model**-0.5), ("vocab", "embed")
             ),
             name="embed",
         )
-        x_BTE = nn.Dropout(cfg.dropout_rate)(embed(tokens_BT), deterministic=deterministic)
+        x_BTE = embed(tokens_BT) * jnp.sqrt(float(cfg.d_model))
+        x_BTE = nn.Dropout(cfg.dropout_rate)(x_BTE, deterministic=deterministic)
         kv_mask_BS = jnp.concatenate([valid_BM, jnp.ones((b, t), bool)], axis=1)
         shared = {}
         for name, options in dict.fromkeys(cfg.attention):

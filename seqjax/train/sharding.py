@@ -34,21 +34,36 @@ RULES = (
     ("embed", "fsdp"),
     ("kv", None),
     ("length", None),
+    ("proj_k", None),  # Linformer's projected length k
 )
 
 
 def maybe_initialize_distributed() -> None:
     """``jax.distributed.initialize()`` when the environment says this is one of several
-    processes (a coordinator address, a SLURM/OpenMPI job of several tasks, a TPU pod)."""
+    processes.
+
+    * ``JAX_COORDINATOR_ADDRESS`` + ``JAX_NUM_PROCESSES`` + ``JAX_PROCESS_ID`` (set by
+      ``launch/local.py`` and usable by any launcher);
+    * otherwise JAX's own cluster detection: a SLURM or Open MPI job of several tasks, a
+      multi-host Cloud TPU slice.
+    """
     env = os.environ
+    if jax.distributed.is_initialized():
+        return
+    if "JAX_COORDINATOR_ADDRESS" in env and "JAX_NUM_PROCESSES" in env:
+        jax.distributed.initialize(
+            coordinator_address=env["JAX_COORDINATOR_ADDRESS"],
+            num_processes=int(env["JAX_NUM_PROCESSES"]),
+            process_id=int(env.get("JAX_PROCESS_ID", "0")),
+        )
+        return
     several = (
         "JAX_COORDINATOR_ADDRESS" in env
         or int(env.get("SLURM_NTASKS", "1")) > 1
         or int(env.get("OMPI_COMM_WORLD_SIZE", "1")) > 1
-        or "TPU_WORKER_HOSTNAMES" in env
-        and "," in env["TPU_WORKER_HOSTNAMES"]
+        or "," in env.get("TPU_WORKER_HOSTNAMES", "")
     )
-    if several and not jax.distributed.is_initialized():
+    if several:
         jax.distributed.initialize()
 
 
@@ -99,15 +114,9 @@ def make_mesh(mesh_cfg) -> jax.sharding.Mesh:
 
 @contextlib.contextmanager
 def rules_and_mesh(mesh):
-    """Context for running model code on ``mesh``.
-
-    Only the mesh is set, not ``nn.logical_axis_rules``: under logical rules Flax constrains
-    ``DenseGeneral``'s flat (rank-2) kernel with the rank-3 names of the reshaped kernel and
-    fails (flax 0.12, also in ``apply``, whose shape check re-runs the initializer
-    abstractly). So the models' ``with_logical_constraint`` calls on activations are no-ops;
-    parameter and batch shardings are explicit in ``jax.jit`` and XLA propagates the rest.
-    """
-    with jax.set_mesh(mesh):
+    """Context for running model code on ``mesh`` with the logical-axis ``RULES``, so the
+    models' ``nn.with_logical_constraint`` calls shard activations (batch over data+fsdp)."""
+    with jax.set_mesh(mesh), nn.logical_axis_rules(RULES):
         yield
 
 
