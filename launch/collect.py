@@ -1,6 +1,6 @@
 """Gathers the runs of a sweep into one table (markdown + CSV) and a plot of one metric.
 
-    python launch/collect.py --workdir workdirs/sweep --metric eval/bits_per_token
+    python launch/collect.py --workdir workdirs/sweep --metric validation/bits_per_char
 
 Reads ``WORKDIR/sweep.json`` (written by ``launch/sweep.py``) or, without it, every
 subfolder holding a ``metrics.jsonl``.
@@ -50,7 +50,7 @@ def collect(workdir: str, metric: str) -> tuple[list[dict], dict]:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", required=True)
-    parser.add_argument("--metric", default="eval/bits_per_token", help="a key of metrics.jsonl")
+    parser.add_argument("--metric", default="validation/bits_per_char", help="a key of metrics.jsonl")
     parser.add_argument("--out", default=None, help="output folder (default: WORKDIR)")
     args = parser.parse_args(argv)
     rows, curves = collect(args.workdir, args.metric)

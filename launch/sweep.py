@@ -4,7 +4,7 @@
     python launch/sweep.py --config configs/char_lm.py:smoke --workdir workdirs/sweep --mode local
     python launch/sweep.py ... --mode local --parallel 2      # two runs at a time
     python launch/sweep.py ... --mode slurm --dry-run        # one sbatch script per run
-    python launch/collect.py --workdir workdirs/sweep --metric eval/bits_per_token
+    python launch/collect.py --workdir workdirs/sweep --metric validation/bits_per_char
 
 Each run gets its own workdir ``WORKDIR/<name>`` (so rerunning the sweep resumes every
 run) and ``WORKDIR/sweep.json`` records the runs, their overrides and commands.

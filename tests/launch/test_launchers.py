@@ -79,11 +79,11 @@ def test_sweep_plan_and_collect(tmp_path, capsys):
     for i, run in enumerate(runs[:2]):
         wd = tmp_path / run["name"]
         wd.mkdir()
-        lines = [{"step": s, "eval/bits_per_token": 3.0 - s / 10 - i} for s in (10, 20)]
+        lines = [{"step": s, "validation/bits_per_char": 3.0 - s / 10 - i} for s in (10, 20)]
         (wd / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in lines))
-    rows, curves = collect.collect(str(tmp_path), "eval/bits_per_token")
+    rows, curves = collect.collect(str(tmp_path), "validation/bits_per_char")
     assert [r["run"] for r in rows] == sorted(r["name"] for r in runs[:2])
-    best = {r["run"]: r["best eval/bits_per_token"] for r in rows}
+    best = {r["run"]: r["best validation/bits_per_char"] for r in rows}
     assert best == {runs[0]["name"]: pytest.approx(1.0), runs[1]["name"]: pytest.approx(0.0)}
     assert collect.main(["--workdir", str(tmp_path)]) == 0
     assert (tmp_path / "summary.csv").exists() and (tmp_path / "summary.png").exists()
