@@ -50,7 +50,9 @@ def collect(workdir: str, metric: str) -> tuple[list[dict], dict]:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", required=True)
-    parser.add_argument("--metric", default="validation/bits_per_char", help="a key of metrics.jsonl")
+    parser.add_argument(
+        "--metric", default="validation/bits_per_char", help="a key of metrics.jsonl"
+    )
     parser.add_argument("--out", default=None, help="output folder (default: WORKDIR)")
     args = parser.parse_args(argv)
     rows, curves = collect(args.workdir, args.metric)
