@@ -5,6 +5,13 @@
 restores the newest complete checkpoint of a training workdir and prints one JSON line.
 The same ``evaluate`` function runs inside the training loop (validation during training,
 test at the end).
+
+Transformer-XL runs are evaluated as Dai et al. 2019 do (§4, enwik8: tgt_len 80, mem_len
+2100, clamp_len 820, same_length): the split is read as ``eval_batch_size`` contiguous
+streams (``lm_batching='stream'``) in segments of ``config.eval.tgt_len`` tokens, the
+memory (``config.eval.mem_len``, emptied at the start of every evaluation) carried from
+segment to segment, and every target token counted exactly once. Override the lengths with
+``--tgt_len/--mem_len/--clamp_len/--same_length``.
 """
 
 from __future__ import annotations
@@ -20,16 +27,45 @@ from tqdm import tqdm
 from seqjax import data as data_lib
 from seqjax.train import metrics as metrics_lib
 from seqjax.train import sharding
+from seqjax.train import state as state_lib
 from seqjax.train import step as step_lib
 
 
 class Evaluator:
-    """A jitted eval step bound to a built run (``seqjax.train.setup.Run``)."""
+    """A jitted eval step bound to a built run (``seqjax.train.setup.Run``).
+
+    For Transformer-XL it builds a second ``TransformerXL`` with the evaluation lengths of
+    ``state.eval_lengths(run.config)`` (``self.lengths``); the trained parameters fit it.
+    """
 
     def __init__(self, run):
         self.run = run
-        fn = step_lib.make_eval_step(run.model, run.task)
-        self._step = step_lib.jit_eval_step(fn, run.shardings["params"], run.mesh)
+        self.lengths = None
+        if run.is_xl:
+            self.lengths = state_lib.eval_lengths(run.config)
+            ln = self.lengths
+            cfg = state_lib.with_xl_lengths(
+                run.model_cfg,
+                mem_len=ln["mem_len"],
+                clamp_len=ln["clamp_len"],
+                same_length=ln["same_length"],
+            )
+            self.model = state_lib.make_model(cfg, run.task, mem_len=ln["mem_len"])
+            self._memory_sh = jax.sharding.NamedSharding(
+                run.mesh, jax.sharding.PartitionSpec(("data", "fsdp"))
+            )
+            fn = step_lib.make_xl_eval_step(self.model)
+            self._step = step_lib.jit_xl_eval_step(
+                fn, run.shardings["params"], self._memory_sh, run.mesh
+            )
+        else:
+            self.model = run.model
+            fn = step_lib.make_eval_step(run.model, run.task)
+            self._step = step_lib.jit_eval_step(fn, run.shardings["params"], run.mesh)
+
+    def _empty_memory(self, batch: int):
+        """The XL memory at the start of a split: zeros, all invalid, sharded like a batch."""
+        return jax.jit(lambda: self.model.init_memory(batch), out_shardings=self._memory_sh)()
 
     def __call__(self, params, split: str, *, max_batches: int = 0, show: bool = True) -> dict:
         """Evaluates ``params`` on ``split``.
@@ -47,6 +83,11 @@ class Evaluator:
         data_cfg = copy.deepcopy(config.data)
         if config.train.eval_batch_size:
             data_cfg.batch_size = config.train.eval_batch_size
+        memory = None
+        if self.lengths is not None:  # Transformer-XL: one pass of contiguous streams
+            data_cfg.seq_len = self.lengths["tgt_len"]
+            data_cfg.lm_batching = "stream"
+            memory = self._empty_memory(int(data_cfg.batch_size))  # reset for every split
         it = data_lib.make(
             data_cfg,
             split=split,
@@ -67,7 +108,11 @@ class Evaluator:
             for i, local in enumerate(it):
                 if i >= total:
                     break
-                out = self._step(params, sharding.global_batch(local, self.run.mesh))
+                batch = sharding.global_batch(local, self.run.mesh)
+                if memory is None:
+                    out = self._step(params, batch)
+                else:
+                    out, memory = self._step(params, memory, batch)
                 sums = out if sums is None else jax.tree.map(jnp.add, sums, out)
                 bar.update(1)
         bar.close()
@@ -85,9 +130,16 @@ def main(argv):
     from seqjax.train import setup
 
     f = flags.FLAGS
-    run, state, step = setup.restore_latest(f.workdir)
+    overrides = {
+        "tgt_len": f.tgt_len,
+        "mem_len": f.mem_len,
+        "clamp_len": f.clamp_len,
+        "same_length": None if f.same_length is None else f.same_length == "true",
+    }
+    run, state, step = setup.restore_latest(f.workdir, eval_overrides=overrides)
     result = evaluate(run, state["params"], f.split, max_batches=f.max_batches)
-    print(json.dumps({"step": step, "split": f.split, **result}))
+    extra = {"eval_lengths": state_lib.eval_lengths(run.config)} if run.is_xl else {}
+    print(json.dumps({"step": step, "split": f.split, **result, **extra}))
 
 
 def cli():
@@ -95,6 +147,11 @@ def cli():
     flags.DEFINE_string("workdir", None, "Training workdir with checkpoints.")
     flags.DEFINE_enum("split", "test", list(data_lib.SPLITS), "Split to evaluate.")
     flags.DEFINE_integer("max_batches", 0, "Stop after this many batches (0 = all).")
+    # Transformer-XL evaluation lengths (default: the workdir's config.eval).
+    flags.DEFINE_integer("tgt_len", None, "Transformer-XL: tokens per evaluated segment.")
+    flags.DEFINE_integer("mem_len", None, "Transformer-XL: memory length at evaluation.")
+    flags.DEFINE_integer("clamp_len", None, "Transformer-XL: clamp relative distances (-1 off).")
+    flags.DEFINE_enum("same_length", None, ["true", "false"], "Transformer-XL: same_length.")
     flags.mark_flag_as_required("workdir")
     app.run(main)
 

@@ -7,7 +7,13 @@ followed by ``length`` generated characters (tokens). Causal dense attention ("d
 "causal" on every layer) decodes with the model's KV cache, one token per step inside a
 ``lax.scan``; other mechanisms recompute the whole window for each new token.
 
-Legend: L model max_len, P prompt length, N generated tokens, V vocabulary.
+Transformer-XL checkpoints decode with the memory as the cache (Dai et al. 2019, §3.2):
+the prompt goes through in segments of the training ``seq_len``, then one token per step,
+each step attending to the last ``mem_len`` hidden states of every layer (the evaluation
+lengths, ``config.eval``), so the sample length is not bounded by ``max_len``.
+
+Legend: L model max_len, P prompt length, N generated tokens, V vocabulary, T segment
+length, M memory length.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ import numpy as np
 from absl import app, flags
 
 from seqjax.models import TransformerLM
+from seqjax.models.transformer_xl import TransformerXL
+from seqjax.train import state as state_lib
 
 CACHED_MECHANISMS = ("dense", "causal")
 
@@ -105,12 +113,103 @@ def _generate_windowed(model_cfg, params, buf_L, p, n, temperature, rng):
     return run(params, buf_L, rng)
 
 
+def generate_xl(
+    model_cfg,
+    params,
+    prompt_P: np.ndarray,
+    length: int,
+    *,
+    mem_len: int,
+    segment_len: int,
+    temperature: float = 1.0,
+    seed=0,
+) -> np.ndarray:
+    """Transformer-XL sampling with the memory as the cache.
+
+    The first ``(P - 1) // T`` full segments of the prompt run as segments (one compiled
+    program), the rest of the prompt and the ``N`` samples one token per step in a
+    ``lax.scan``; every step sees the last ``M`` positions through the memory. With
+    ``M >= P + N`` (and ``same_length`` off) the logits equal a full recomputation.
+
+    Args:
+      model_cfg: the ``TransformerConfig`` with "relative" attention options to use.
+      params: the TransformerXL parameters.
+      prompt_P: int token ids, at least one.
+      length: N, tokens to generate.
+      mem_len: M, positions of memory (the context beyond the current token).
+      segment_len: T for the prompt's segments.
+      temperature: softmax temperature (0 = greedy).
+      seed: sampling seed.
+
+    Returns:
+      int32 ``[N]`` generated ids.
+    """
+    prompt_P = np.asarray(prompt_P, np.int32).reshape(-1)
+    p, n, t = len(prompt_P), int(length), int(segment_len)
+    if p < 1:
+        raise ValueError("prompt must encode to at least one token")
+    if t < 1 or mem_len < 0:
+        raise ValueError(f"segment_len={t} must be >= 1 and mem_len={mem_len} >= 0")
+    if n == 0:
+        return np.zeros((0,), np.int32)
+    model = TransformerXL(model_cfg, mem_len=int(mem_len))
+    memory = model.init_memory(1)
+    n_seg = (p - 1) // t
+
+    @jax.jit
+    def segment(params, tokens_1T, memory):
+        return model.apply({"params": params}, tokens_1T, memory)[1]
+
+    for i in range(n_seg):
+        memory = segment(params, jnp.asarray(prompt_P[None, i * t : (i + 1) * t]), memory)
+    rest_R = jnp.asarray(prompt_P[n_seg * t :])
+    r = len(rest_R)
+
+    @jax.jit
+    def run(params, memory, rest_R, rng):
+        def body(carry, i):
+            memory, tok, rng = carry
+            logits, memory = model.apply({"params": params}, tok[None, None], memory)
+            rng, sub = jax.random.split(rng)
+            nxt = _pick(logits[0, -1], sub, temperature)
+            nxt = jnp.where(i + 1 < r, rest_R[jnp.minimum(i + 1, r - 1)], nxt)
+            return (memory, nxt, rng), nxt
+
+        _, toks = jax.lax.scan(body, (memory, rest_R[0], rng), jnp.arange(r + n - 1))
+        return toks[r - 1 :]
+
+    return np.asarray(run(params, memory, rest_R, jax.random.PRNGKey(seed)))
+
+
 def sample_text(run, params, prompt: str, length: int, *, temperature=1.0, seed=0) -> str:
-    """Prompt string -> generated continuation (decoded), for a built LM run."""
+    """Prompt string -> generated continuation (decoded), for a built LM run.
+
+    Transformer-XL runs use ``generate_xl`` with the evaluation lengths of ``config.eval``
+    (``seqjax.train.state.eval_lengths``) and the training ``seq_len`` as prompt segments.
+    """
     if run.task != "lm":
         raise ValueError(f"sampling needs a language model; this run's task is {run.task!r}")
     ids = run.info.encode(prompt or "\n")
-    out = generate(run.model_cfg, params, ids, length, temperature=temperature, seed=seed)
+    if getattr(run, "is_xl", False):
+        ln = state_lib.eval_lengths(run.config)
+        cfg = state_lib.with_xl_lengths(
+            run.model_cfg,
+            mem_len=ln["mem_len"],
+            clamp_len=ln["clamp_len"],
+            same_length=ln["same_length"],
+        )
+        out = generate_xl(
+            cfg,
+            params,
+            ids,
+            length,
+            mem_len=ln["mem_len"],
+            segment_len=int(run.config.data.seq_len),
+            temperature=temperature,
+            seed=seed,
+        )
+    else:
+        out = generate(run.model_cfg, params, ids, length, temperature=temperature, seed=seed)
     return run.info.decode(out)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import jax
 
 from seqjax import attention as attention_lib
-from seqjax.data.config import CLASSIFICATION_DATASETS, DATASETS
+from seqjax.data.config import CLASSIFICATION_DATASETS, DATASETS, LM_DATASETS
 from seqjax.models.transformer import DTYPES, POOLINGS, POSITIONALS
 from seqjax.train import sharding
 
@@ -163,8 +163,74 @@ def validate(config, *, num_devices: int | None = None, process_count: int | Non
         bad("train.log_every", t.log_every, "a positive integer")
     if not isinstance(t.max_to_keep, int) or t.max_to_keep < 1:
         bad("train.max_to_keep", t.max_to_keep, "a positive integer")
-    if t.sample_length and d.name not in CLASSIFICATION_DATASETS and t.sample_length > m.max_len:
+    xl = m.get("kind", "transformer") == "transformer_xl"
+    if (
+        not xl
+        and t.sample_length
+        and d.name not in CLASSIFICATION_DATASETS
+        and t.sample_length > m.max_len
+    ):
         bad("train.sample_length", t.sample_length, f"<= model.max_len={m.max_len}")
+
+    # ---- Transformer-XL
+    _validate_xl(config, bad)
 
     if errors:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(errors))
+
+
+KINDS = ("transformer", "transformer_xl")
+
+
+def _validate_xl(config, bad) -> None:
+    """``model.kind``/``mem_len`` and, for Transformer-XL, what segment recurrence needs:
+    contiguous streams, relative attention without absolute positions, one update per batch
+    (the memory moves on with every batch), and valid evaluation lengths (``config.eval``)."""
+    m, d, o = config.model, config.data, config.optimizer
+    kind = m.get("kind", "transformer")
+    mem_len = m.get("mem_len", 0)
+    if kind not in KINDS:
+        bad("model.kind", kind, ", ".join(KINDS))
+        return
+    if not isinstance(mem_len, int) or mem_len < 0:
+        bad("model.mem_len", mem_len, "an integer >= 0")
+    if kind != "transformer_xl":
+        if mem_len:
+            bad("model.mem_len", mem_len, '0 unless model.kind="transformer_xl"')
+        return
+    if d.name not in LM_DATASETS or d.name == "duplication":
+        valid = ", ".join(n for n in LM_DATASETS if n != "duplication")
+        bad("data.name", d.name, f"a language-modelling corpus for Transformer-XL: {valid}")
+    if d.get("lm_batching") != "stream":
+        bad("data.lm_batching", d.get("lm_batching"),
+            '"stream" for model.kind="transformer_xl" (each row continues its text)')  # fmt: skip
+    if _mechanism_names(m.attention) != ["relative"]:
+        bad("model.attention", m.attention, '"relative" for model.kind="transformer_xl"')
+    if m.positional != "none":
+        bad("model.positional", m.positional,
+            '"none" for model.kind="transformer_xl" (relative positions only)')  # fmt: skip
+    if o.grad_accum_steps != 1:
+        bad("optimizer.grad_accum_steps", o.grad_accum_steps,
+            '1 for model.kind="transformer_xl" (the memory moves on with every batch)')  # fmt: skip
+    if m.reversible or m.remat:
+        bad("model.reversible/remat", (m.reversible, m.remat),
+            'False for model.kind="transformer_xl" (not supported by TransformerXL)')  # fmt: skip
+    rel = (m.get("attention_options") or {}).get("relative") or {}
+    if "mem_len" in rel and rel["mem_len"] != mem_len:
+        bad("model.attention_options.relative.mem_len", rel["mem_len"],
+            f"unset or equal to model.mem_len={mem_len} (it is set from it)")  # fmt: skip
+    if rel.get("same_length") and not mem_len:
+        bad("model.attention_options.relative.same_length", True, "False when model.mem_len=0")
+    ev = config.get("eval") or {}
+    for field, low in (("tgt_len", 1), ("mem_len", 0)):
+        value = ev.get(field)
+        if value is not None and (not isinstance(value, int) or value < low):
+            bad(f"eval.{field}", value, f"None (as in training) or an integer >= {low}")
+    clamp = ev.get("clamp_len")
+    if clamp is not None and not isinstance(clamp, int):
+        bad("eval.clamp_len", clamp, "None, -1 (no clamping) or a positive integer")
+    same = ev.get("same_length")
+    same = rel.get("same_length", False) if same is None else same
+    eval_mem = mem_len if ev.get("mem_len") is None else ev.get("mem_len")
+    if same and not eval_mem:
+        bad("eval.same_length", same, "False when the evaluation memory length is 0")

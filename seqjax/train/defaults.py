@@ -4,18 +4,26 @@ A job config is an ``ml_collections.ConfigDict`` with
 
 - ``seed``: parameter init and dropout seed;
 - ``data``: ``seqjax.data.default_config()`` (documented in ``seqjax/data/config.py``);
-- ``model``, ``optimizer``, ``train``, ``mesh``: the blocks below.
+- ``model``, ``optimizer``, ``train``, ``eval``, ``mesh``: the blocks below.
 """
 
 from __future__ import annotations
 
 import ml_collections
+from ml_collections import config_dict
 
 
 def model() -> ml_collections.ConfigDict:
     """``config.model`` (becomes a ``seqjax.models.TransformerConfig``; vocabulary size,
     number of classes, padding id and causality come from the data)."""
     c = ml_collections.ConfigDict()
+    # "transformer" (seqjax.models.TransformerLM / TransformerClassifier) or "transformer_xl"
+    # (seqjax.models.transformer_xl.TransformerXL, Dai et al. 2019: segment recurrence; needs
+    # data.lm_batching="stream", attention="relative", positional="none").
+    c.kind = "transformer"
+    # Transformer-XL: hidden states kept in memory per layer (M), carried from step to step
+    # in the train state. 0 = no recurrence. Must stay 0 for kind="transformer".
+    c.mem_len = 0
     # Attention: a registered name (seqjax.attention.names()) or a comma-separated per-layer
     # cycle such as "lsh,dense" (layer i uses entry i mod len).
     c.attention = "dense"
@@ -80,6 +88,22 @@ def train() -> ml_collections.ConfigDict:
     return c
 
 
+def evaluation() -> ml_collections.ConfigDict:
+    """``config.eval``: Transformer-XL evaluation lengths (Dai et al. 2019 evaluate enwik8
+    with tgt_len 80, mem_len 2100, clamp_len 820, same_length). None = as in training.
+    Ignored for kind="transformer"."""
+    c = ml_collections.ConfigDict()
+    c.tgt_len = config_dict.placeholder(int)  # tokens per evaluated segment (data.seq_len)
+    c.mem_len = config_dict.placeholder(int)  # memory length at evaluation (model.mem_len)
+    # Relative distances above this use clamp_len's embedding (-1 = no clamping; None = the
+    # training value of attention_options.relative.clamp_len).
+    c.clamp_len = config_dict.placeholder(int)
+    # Every query sees exactly mem_len keys (None = the training value of
+    # attention_options.relative.same_length).
+    c.same_length = config_dict.placeholder(bool)
+    return c
+
+
 def mesh() -> ml_collections.ConfigDict:
     """``config.mesh``: sizes of the device mesh axes (-1 = the remaining devices)."""
     c = ml_collections.ConfigDict()
@@ -97,5 +121,6 @@ def base(data: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     c.model = model()
     c.optimizer = optimizer()
     c.train = train()
+    c.eval = evaluation()
     c.mesh = mesh()
     return c

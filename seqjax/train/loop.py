@@ -3,6 +3,8 @@
 It always resumes from the newest complete checkpoint in ``workdir`` (state, data-iterator
 position and RNG), so rerunning the same command after a crash, a ``kill -9`` or a
 preemption continues the same run: the losses after a resume equal an uninterrupted run's.
+For Transformer-XL the state includes the memories, so a resumed run continues each
+stream with the memory it had (Dai et al. 2019, §3.2).
 """
 
 from __future__ import annotations
@@ -111,6 +113,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
             run.schedule,
             accum_steps=config.optimizer.grad_accum_steps,
             mesh=mesh,
+            epoch_steps=run.epoch_steps,
         ),
         run.shardings,
         mesh,

@@ -15,6 +15,7 @@ import jax
 import ml_collections
 
 from seqjax import data as data_lib
+from seqjax.data import pipeline
 from seqjax.train import checkpoint, config_validation, sharding, state
 
 
@@ -32,6 +33,9 @@ class Run:
       abstract: the unboxed abstract state (ShapeDtypeStructs with shardings).
       shardings: NamedShardings of the state.
       init: jitted ``() -> state`` (arrays created on their devices).
+      mem_len: Transformer-XL memory length M (None for kind "transformer").
+      epoch_steps: Transformer-XL: steps after which the training streams start over (the
+        memory is reset then); None otherwise.
     """
 
     config: ml_collections.ConfigDict
@@ -44,10 +48,16 @@ class Run:
     abstract: Any
     shardings: Any
     init: Any
+    mem_len: int | None = None
+    epoch_steps: int | None = None
 
     @property
     def task(self) -> str:
         return self.info.task
+
+    @property
+    def is_xl(self) -> bool:
+        return self.mem_len is not None
 
 
 def build(config, *, validate: bool = True) -> Run:
@@ -57,11 +67,28 @@ def build(config, *, validate: bool = True) -> Run:
     mesh = sharding.make_mesh(config.mesh)
     info = data_lib.info(config.data)
     model_cfg = state.model_config(config, info)
-    model = state.make_model(model_cfg, info.task)
+    xl = state.is_xl(config)
+    mem_len = int(config.model.mem_len) if xl else None
+    model = state.make_model(model_cfg, info.task, mem_len=mem_len)
     tx, schedule = state.make_optimizer(config.optimizer, config.train.num_steps)
     input_shape = (1, config_validation.input_length(config) - (1 if _cls(config, info) else 0))
-    abstract, shardings, init = state.create_state(model, tx, input_shape, config.seed, mesh)
-    return Run(config, info, model_cfg, model, tx, schedule, mesh, abstract, shardings, init)
+    memory_batch = int(config.data.batch_size) if xl else 0
+    abstract, shardings, init = state.create_state(
+        model, tx, input_shape, config.seed, mesh, memory_batch=memory_batch
+    )
+    epoch_steps = _stream_epoch_steps(config, info) if xl else None
+    return Run(
+        config, info, model_cfg, model, tx, schedule, mesh, abstract, shardings, init,
+        mem_len=mem_len, epoch_steps=epoch_steps,
+    )  # fmt: skip
+
+
+def _stream_epoch_steps(config, info) -> int:
+    """Steps of one pass of the training streams (``seqjax.data`` 'stream' batching: B
+    streams of ``(n - 1) // B`` tokens, ``L // T`` steps, then every stream starts over)."""
+    n = int(info.split_sizes["train"])
+    length = pipeline.LMStreams.stream_len(n, int(config.data.batch_size), True)
+    return max(length // int(config.data.seq_len), 1)
 
 
 def _cls(config, info) -> bool:
@@ -76,13 +103,15 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(json.loads(path.read_text()))
 
 
-def restore_latest(workdir: str, *, single_device: bool = True):
+def restore_latest(workdir: str, *, single_device: bool = True, eval_overrides=None):
     """Rebuilds a workdir's job and restores its newest complete checkpoint.
 
     Args:
       workdir: a training job's workdir.
       single_device: ignore the saved mesh and restore onto a 1-device mesh (evaluation,
         sampling on a laptop).
+      eval_overrides: ``config.eval`` fields to replace (Transformer-XL evaluation lengths);
+        None values keep the saved ones.
 
     Returns:
       ``(run, state, step)``.
@@ -90,6 +119,12 @@ def restore_latest(workdir: str, *, single_device: bool = True):
     config = load_config(workdir)
     if single_device:
         config.mesh = ml_collections.ConfigDict({"data": 1, "fsdp": 1, "tensor": 1})
+    overrides = {k: v for k, v in (eval_overrides or {}).items() if v is not None}
+    if overrides:
+        if config.get("eval") is None:  # a config written before the eval block existed
+            config.eval = ml_collections.ConfigDict()
+        for key, value in overrides.items():
+            config.eval[key] = value
     run = build(config, validate=False)
     ckpt = checkpoint.Checkpointer(workdir, max_to_keep=config.train.max_to_keep, async_save=False)
     step = ckpt.latest_step()

@@ -1,7 +1,12 @@
 """The pure train and eval steps (jitted once by the loop with explicit shardings).
 
 Legend: B global batch, K accumulation micro-steps, T sequence length, V vocabulary,
-C classes.
+C classes, M Transformer-XL memory length.
+
+Transformer-XL (Dai et al. 2019, §3.2): the state's ``memory`` goes into the model with
+the segment and the model's new memory replaces it in the new state; the memory is reset
+(emptied) whenever the contiguous training streams start over, since the text before the
+new segment is then not the text the memory holds.
 
 Loss: token-weighted cross-entropy, ``sum_i w_i * CE_i / sum_i w_i`` over the whole global
 batch (``weights`` are 0 on padding), so gradient accumulation and any sharding give the
@@ -17,11 +22,23 @@ import optax
 from seqjax.train import sharding
 
 
-def _sums(model, task, params, batch, rng, train: bool):
-    """Weighted sums of the loss and of correct predictions, and the weight total."""
+def _sums(model, task, params, batch, rng, train: bool, memory=None):
+    """Weighted sums of the loss and of correct predictions, and the weight total.
+
+    With ``memory`` (Transformer-XL) returns ``(sums, new_memory)``.
+    """
     kwargs = {"deterministic": not train}
     rngs = {"dropout": rng} if train else {}
+    if memory is not None:
+        logits, new_memory = model.apply(
+            {"params": params}, batch["inputs"], memory, rngs=rngs, **kwargs
+        )
+        return _weighted(logits, batch), new_memory
     logits = model.apply({"params": params}, batch["inputs"], rngs=rngs, **kwargs)
+    return _weighted(logits, batch)
+
+
+def _weighted(logits, batch):
     # LM: logits [B, T, V] vs targets [B, T]; classifier: logits [B, C] vs targets [B].
     ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch["targets"])
     w = batch["weights"].astype(jnp.float32)
@@ -44,12 +61,22 @@ def _microbatches(batch, k: int, mesh):
     return jax.tree.map(split, batch)
 
 
-def make_train_step(model, task: str, tx, schedule, *, accum_steps: int, mesh):
+def reset_memory(memory, reset):
+    """``memory`` emptied (zeros, all invalid) where the scalar bool ``reset`` is True."""
+    return jax.tree.map(lambda m: jnp.where(reset, jnp.zeros_like(m), m), memory)
+
+
+def make_train_step(
+    model, task: str, tx, schedule, *, accum_steps: int, mesh, epoch_steps: int | None = None
+):
     """Returns ``train_step(state, batch) -> (state, metrics)`` (pure; jit it).
 
     Metrics (float32 scalars): loss, accuracy, grad_norm, param_norm, learning_rate,
     weight_sum (tokens or examples that counted), and ``finite`` (1.0 when the loss, the
     gradients and the new parameters are all finite).
+
+    A state with ``'memory'`` (Transformer-XL) is threaded through ``model.apply``; the
+    memory is emptied at steps that are multiples of ``epoch_steps`` (the streams restart).
     """
 
     def train_step(state, batch):
@@ -57,19 +84,29 @@ def make_train_step(model, task: str, tx, schedule, *, accum_steps: int, mesh):
         # Dropout key folded from the step: a resumed run draws the same masks.
         step_rng = jax.random.fold_in(state["rng"], step)
         total_w = jnp.maximum(batch["weights"].astype(jnp.float32).sum(), 1.0)
+        memory = state.get("memory")
+        if memory is not None:
+            if accum_steps != 1:
+                raise ValueError("Transformer-XL training needs optimizer.grad_accum_steps=1")
+            if epoch_steps:
+                memory = reset_memory(memory, step % epoch_steps == 0)
 
         def loss_of(p, mb, rng):
+            if memory is not None:
+                sums, new_memory = _sums(model, task, p, mb, rng, train=True, memory=memory)
+                return sums["loss_sum"] / total_w, (sums, new_memory)
             sums = _sums(model, task, p, mb, rng, train=True)
-            return sums["loss_sum"] / total_w, sums
+            return sums["loss_sum"] / total_w, (sums, None)
 
         grad_fn = jax.value_and_grad(loss_of, has_aux=True)
         if accum_steps == 1:
-            (_, sums), grads = grad_fn(params, batch, step_rng)
+            (_, (sums, new_memory)), grads = grad_fn(params, batch, step_rng)
         else:
+            new_memory = None
 
             def body(carry, xs):
                 i, mb = xs
-                (_, s), g = grad_fn(params, mb, jax.random.fold_in(step_rng, i))
+                (_, (s, _)), g = grad_fn(params, mb, jax.random.fold_in(step_rng, i))
                 return jax.tree.map(jnp.add, carry, (g, s)), None
 
             zeros = (
@@ -98,6 +135,8 @@ def make_train_step(model, task: str, tx, schedule, *, accum_steps: int, mesh):
             "step": step + 1,
             "rng": state["rng"],
         }
+        if new_memory is not None:
+            new_state["memory"] = new_memory
         return new_state, metrics
 
     return train_step
@@ -108,6 +147,16 @@ def make_eval_step(model, task: str):
 
     def eval_step(params, batch):
         return _sums(model, task, params, batch, None, train=False)
+
+    return eval_step
+
+
+def make_xl_eval_step(model):
+    """Returns ``eval_step(params, memory, batch) -> (sums, new_memory)`` (Transformer-XL
+    evaluation over a stream: the caller carries the memory from batch to batch)."""
+
+    def eval_step(params, memory, batch):
+        return _sums(model, "lm", params, batch, None, train=False, memory=memory)
 
     return eval_step
 
@@ -128,3 +177,15 @@ def jit_eval_step(eval_step, params_shardings, mesh):
     batch_sh = sharding.batch_sharding(mesh)
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     return jax.jit(eval_step, in_shardings=(params_shardings, batch_sh), out_shardings=replicated)
+
+
+def jit_xl_eval_step(eval_step, params_shardings, memory_shardings, mesh):
+    """Jits ``make_xl_eval_step``'s function; the input memory is donated."""
+    batch_sh = sharding.batch_sharding(mesh)
+    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    return jax.jit(
+        eval_step,
+        in_shardings=(params_shardings, memory_shardings, batch_sh),
+        out_shardings=(replicated, memory_shardings),
+        donate_argnums=1,
+    )
