@@ -142,8 +142,8 @@ def machine() -> dict:
     }
 
 
-def write(results: dict, scale: str) -> None:
-    out = HERE / "results"
+def write(results: dict, scale: str, out=None) -> None:
+    out = Path(out) if out else HERE / "results"
     out.mkdir(exist_ok=True)
     (out / f"{scale}.json").write_text(json.dumps(results, indent=2) + "\n")
     rows = results["variants"]
@@ -190,19 +190,20 @@ def write(results: dict, scale: str) -> None:
     fig.savefig(out / f"{scale}.png", dpi=120)
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=None, help="results folder (default: results/)")
     parser.add_argument("--scale", choices=("smoke", "cpu", "gpu"), default="cpu")
     parser.add_argument("--steps", type=int, default=0, help="timed steps (0 = by scale)")
     parser.add_argument("--max_gb", type=float, default=8.0, help="skip variants above this")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     steps = args.steps or {"smoke": 2, "cpu": 10, "gpu": 50}[args.scale]
     config = load_config(args.scale)
     results = {"scale": args.scale, "steps": steps, "machine": machine(), "variants": {}}
     for name, cfg in variants(config, args.scale).items():
         results["variants"][name] = time_variant(cfg, steps, args.max_gb)
         print(name, json.dumps(results["variants"][name]), flush=True)
-    write(results, args.scale)
+    write(results, args.scale, args.out)
 
 
 if __name__ == "__main__":

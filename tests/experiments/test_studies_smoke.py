@@ -62,6 +62,7 @@ FAST = [
 SLOW = [
     ("reformer/duplication.py", ["--scale", "smoke"]),
     ("data_throughput/run.py", ["--seconds", "0.2"]),
+    ("train_throughput/run.py", ["--scale", "smoke"]),
 ]
 
 
