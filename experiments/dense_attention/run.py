@@ -41,9 +41,12 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", choices=sorted(SCALES), default="cpu")
     parser.add_argument("--max-gb", type=float, default=16.0)
+    parser.add_argument("--lengths", default=None, help="comma-separated, overrides the scale's")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = parser.parse_args(argv)
-    scale = SCALES[args.scale]
+    scale = dict(SCALES[args.scale])
+    if args.lengths:
+        scale["lengths"] = [int(x) for x in args.lengths.split(",")]
     rows = []
     for causal in (False, True):
         for t in scale["lengths"]:
