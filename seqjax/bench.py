@@ -107,12 +107,18 @@ def git_commit(repo: Path | None = None) -> str:
     cwd = repo or Path(__file__).resolve().parents[1]
     try:
         sha = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=cwd, capture_output=True, text=True,
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
             check=True,
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
-            capture_output=True, text=True, check=True,
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.strip()
         return sha + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
@@ -183,8 +189,16 @@ def write_results(out_dir: Path | str, name: str, payload: dict, markdown: str) 
     return out_dir / f"{name}.json"
 
 
-def plot_lines(path, series: dict[str, tuple[Sequence, Sequence]], *, xlabel, ylabel, title,
-               logx=True, logy=True):
+def plot_lines(
+    path,
+    series: dict[str, tuple[Sequence, Sequence]],
+    *,
+    xlabel,
+    ylabel,
+    title,
+    logx=True,
+    logy=True,
+):
     """Saves a line plot (one line per series name: (xs, ys); None values are skipped)."""
     import matplotlib
 
