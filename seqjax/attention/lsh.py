@@ -40,6 +40,9 @@ Choices (documented, tested):
     at a time, so the backward pass keeps only the sorted queries/values, O(n_hashes T D),
     and the transient logits are one round's, O(T chunk_len (1 + n_chunks_before +
     n_chunks_after)); never T x T.
+  * Hashing runs one round at a time without building ``[xR ; -xR]`` (``hash_buckets``);
+    with the default K = 2T/C its work is still O(T K D). ``n_buckets=(f_1, f_2)``
+    (factorized, as trax allows) hashes with ``(f_1 + f_2)/2`` columns instead of K/2.
 
 Legend: B batch, T length (Tp padded to a multiple of C), H heads, D head dim (Dv of the
 values), R hash rounds, N number of chunks, C chunk length, W window = C (1 + before +
@@ -68,6 +71,21 @@ def default_n_buckets(seq_len: int, chunk_len: int) -> int:
     return max(2, 2 * (-(-seq_len // c)))
 
 
+def factor_buckets(n_buckets: int) -> tuple[int, ...]:
+    """Splits K into two even factors near sqrt(K) for factorized hashing (trax allows a
+    list of factors); returns ``(K,)`` when no such split exists (K < 4 or K/2 odd)."""
+    best = (n_buckets,)
+    for a in range(2, int(np.sqrt(n_buckets)) + 1, 2):
+        if n_buckets % a == 0 and (n_buckets // a) % 2 == 0:
+            best = (a, n_buckets // a)
+    return best
+
+
+def total_buckets(n_buckets) -> int:
+    """K for an int or a tuple of factors."""
+    return int(np.prod(n_buckets)) if isinstance(n_buckets, (list, tuple)) else int(n_buckets)
+
+
 def validate_options(options: dict, seq_len: int | None = None) -> None:
     """Raises ``ValueError`` naming the option for values LSH attention cannot use.
 
@@ -87,8 +105,17 @@ def validate_options(options: dict, seq_len: int | None = None) -> None:
         if not isinstance(opts[name], (int, np.integer)) or opts[name] < 0:
             bad(name, "an integer >= 0")
     nb = opts["n_buckets"]
-    if nb is not None and (not isinstance(nb, (int, np.integer)) or nb < 1 or (nb > 1 and nb % 2)):
-        bad("n_buckets", "None (about 2T/chunk_len), 1 (no hashing) or an even integer >= 2")
+    want = (
+        "None (about 2T/chunk_len), 1 (no hashing), an even integer >= 2, or a tuple of even "
+        "integers >= 2 (factorized hashing, K = their product)"
+    )
+    if isinstance(nb, (list, tuple)):
+        if not nb or any(not isinstance(f, (int, np.integer)) or f < 2 or f % 2 for f in nb):
+            bad("n_buckets", want)
+    elif nb is not None and (
+        not isinstance(nb, (int, np.integer)) or nb < 1 or (nb > 1 and nb % 2)
+    ):
+        bad("n_buckets", want)
     if seq_len is not None and seq_len < 1:
         raise ValueError(f"LSH attention needs a sequence length >= 1; got {seq_len}")
 
@@ -122,15 +149,22 @@ permute.defvjp(_permute_fwd, _permute_bwd)
 # Hashing.
 
 
-def rotations(rng, *, num_heads: int, n_hashes: int, head_dim: int, n_buckets: int):
+def rotations(rng, *, num_heads: int, n_hashes: int, head_dim: int, n_buckets):
     """Random Gaussian rotations ``R`` float32 ``[H, R, D, K/2]``: one per head and round.
+
+    For factorized ``n_buckets = (f_1, f_2, ...)`` the last axis is ``sum(f_i / 2)``: one
+    independent block of columns per factor.
 
     The Gaussian entries come from XLA's counter-based Philox generator
     (``lax.rng_bit_generator``) seeded with the key's bits and mapped through the inverse
     normal CDF: the same key always gives the same rotations on every backend, and it
     compiles in a fraction of the time of ``jax.random.normal``'s threefry on CPU.
     """
-    shape = (num_heads, n_hashes, head_dim, max(n_buckets // 2, 1))
+    if isinstance(n_buckets, (list, tuple)):
+        cols = sum(f // 2 for f in n_buckets)
+    else:
+        cols = max(n_buckets // 2, 1)
+    shape = (num_heads, n_hashes, head_dim, cols)
     if jnp.issubdtype(getattr(rng, "dtype", None), jax.dtypes.prng_key):
         rng = jax.random.key_data(rng)
     bits = jnp.asarray(rng, jnp.uint32).reshape(-1)
@@ -143,15 +177,47 @@ def rotations(rng, *, num_heads: int, n_hashes: int, head_dim: int, n_buckets: i
     return jnp.sqrt(2.0) * jax.lax.erf_inv(2.0 * u - 1.0)
 
 
-def hash_buckets(x_BHTD, rot_HRDk, n_buckets: int):
-    """``argmax([x R ; -x R])`` per round: int32 ``[B, H, R, T]`` in ``[0, n_buckets)``."""
-    if n_buckets == 1:
-        b, h, t, _ = x_BHTD.shape
+def _argmax_pm(xr_BHTk):
+    """``argmax([xr ; -xr], -1)`` without building the concatenation: ``argmax(xr)`` when
+    ``max(xr) >= -min(xr)``, else ``k + argmin(xr)``; ties give the first index, as the
+    argmax of the concatenation does."""
+    half = xr_BHTk.shape[-1]
+    top = jnp.max(xr_BHTk, -1, keepdims=True)
+    bottom = jnp.min(xr_BHTk, -1, keepdims=True)
+    up = top >= -bottom  # the winner is in the +xR half
+    # First index of the winner as a min-reduction over an iota: XLA's variadic argmax
+    # reduction is several times slower than max/min on CPU.
+    hit = jnp.where(up, xr_BHTk == top, xr_BHTk == bottom)
+    iota = jnp.arange(half, dtype=jnp.float32)
+    first = jnp.min(jnp.where(hit, iota, float(half - 1)), -1).astype(jnp.int32)
+    return first + jnp.where(up[..., 0], 0, half)
+
+
+def hash_buckets(x_BHTD, rot_HRDk, n_buckets):
+    """``argmax([x R ; -x R])`` per round: int32 ``[B, H, R, T]`` in ``[0, K)``.
+
+    Rounds are hashed one at a time (``lax.map``), and ``[xR ; -xR]`` is never built (see
+    ``_argmax_pm``): the only float tensor of size ``T x K/2`` is one round's ``x R_r``.
+    At fixed tokens per batch with K = 2T/C this is still O(T K D) = O(T^2 D / C) work;
+    factorized ``n_buckets = (f_1, f_2)`` (as trax allows) hashes with each factor's own
+    columns and combines ``b_1 + f_1 b_2``, so the work is O(T (f_1 + f_2) D) ~ O(T sqrt(K) D).
+    """
+    b, h, t, _ = x_BHTD.shape
+    if total_buckets(n_buckets) == 1:
         return jnp.zeros((b, h, rot_HRDk.shape[1], t), jnp.int32)
-    xr_BHRTk = jnp.einsum(
-        "bhtd,hrdk->bhrtk", jax.lax.stop_gradient(x_BHTD).astype(jnp.float32), rot_HRDk
-    )
-    return jnp.argmax(jnp.concatenate([xr_BHRTk, -xr_BHRTk], -1), -1).astype(jnp.int32)
+    factors = tuple(n_buckets) if isinstance(n_buckets, (list, tuple)) else (n_buckets,)
+    x_BHTD = jax.lax.stop_gradient(x_BHTD).astype(jnp.float32)
+
+    def one_round(rot_HDk):
+        xr_BHTk = jnp.einsum("bhtd,hdk->bhtk", x_BHTD, rot_HDk)
+        bucket, radix, col = 0, 1, 0
+        for f in factors:
+            bucket = bucket + radix * _argmax_pm(xr_BHTk[..., col : col + f // 2])
+            radix, col = radix * f, col + f // 2
+        return bucket
+
+    buckets_RBHT = jax.lax.map(one_round, jnp.moveaxis(rot_HRDk, 1, 0))
+    return jnp.moveaxis(buckets_RBHT, 0, 2)
 
 
 def _look_around(x_MNC, before: int, after: int, fill):
@@ -267,7 +333,7 @@ def lsh_attention(
       scale: logit scale, default ``1/sqrt(D)``.
       n_hashes: hash rounds R.
       n_buckets: buckets per round K (None: about 2T/chunk_len; 1: no hashing, all in one
-        bucket).
+        bucket; a tuple of even factors: factorized hashing with K = their product).
       chunk_len: C, positions per chunk of the sorted order.
       n_chunks_before, n_chunks_after: neighbouring chunks each chunk also attends to.
       seed: ``rng = PRNGKey(seed)`` when ``rng`` is None.
@@ -301,6 +367,7 @@ def lsh_attention(
     n = -(-t // c)
     tp = n * c
     nb = n_buckets if n_buckets is not None else default_n_buckets(t, chunk_len)
+    nb = tuple(nb) if isinstance(nb, (list, tuple)) else nb
     scale = float(scale if scale is not None else 1.0 / np.sqrt(d))
     key_mask = masks_lib.check_key_mask(mask, b, t)
     q_seg, kv_seg = masks_lib.split_segment_ids(segment_ids, t, t)
@@ -319,7 +386,7 @@ def lsh_attention(
     key_ok_BT = jnp.broadcast_to(jnp.arange(tp) < t, (b, tp))
     if key_mask is not None:
         key_ok_BT = key_ok_BT & jnp.pad(jnp.broadcast_to(key_mask, (b, t)), ((0, 0), (0, pad)))
-    buckets_BHRT = jnp.where(key_ok_BT[:, None, None, :], buckets_BHRT, nb)
+    buckets_BHRT = jnp.where(key_ok_BT[:, None, None, :], buckets_BHRT, total_buckets(nb))
     perm_BHRT = jnp.argsort(buckets_BHRT, axis=-1, stable=True).astype(jnp.int32)
     inv_BHRT = jnp.argsort(perm_BHRT, axis=-1).astype(jnp.int32)
 

@@ -43,8 +43,13 @@ def _value_and_grads(fn, q, v):
 @pytest.mark.parametrize(
     "causal,masked,opts",
     [
-        (False, True, dict(n_hashes=2, chunk_len=T, n_buckets=1)),
-        (True, False, dict(n_hashes=1, chunk_len=T, n_buckets=1)),
+        # One bucket: slow (CI keeps the real-hashing case below, which covers more).
+        pytest.param(
+            False, True, dict(n_hashes=2, chunk_len=T, n_buckets=1), marks=pytest.mark.slow
+        ),
+        pytest.param(
+            True, False, dict(n_hashes=1, chunk_len=T, n_buckets=1), marks=pytest.mark.slow
+        ),
         # Real hashing, 4 chunks whose windows cover all chunks: exercises sort/window/unsort.
         (
             True,
@@ -76,14 +81,15 @@ def _hashed(q, v, **kw):
 
 def _grads_of_position(fn, q, v, i):
     """Gradients of a random projection of ``fn(q, v)[:, i]`` w.r.t. ``q`` and ``v``."""
-    w = jax.random.normal(jax.random.PRNGKey(8), (B, H, D))
+    w = jax.random.normal(jax.random.PRNGKey(8), (q.shape[0], H, D))
     return jax.jit(jax.grad(lambda q, v: (fn(q, v)[:, i] * w).sum(), argnums=(0, 1)))(q, v)
 
 
 def test_causal_lsh_never_uses_the_future():
     """Output i has zero gradient w.r.t. every input at j > i, and future values can change
-    freely (hashing depends on queries only)."""
-    q, v = _inputs(1)
+    freely (hashing depends on queries only). T = 30 is not a multiple of chunk_len: the
+    internal padding is exercised too."""
+    q, v = _inputs(1, t=30)
     i = 13
     dq, dv = _grads_of_position(lambda q, v: _hashed(q, v, causal=True), q, v, i)
     assert np.all(np.asarray(dq)[:, i + 1 :] == 0.0)
@@ -137,6 +143,19 @@ def test_rng_controls_the_hashing():
     assert np.any(bk[:, :, 0] != bk[:, :, 1])  # separate rotations per round
     # argmax([xR; -xR]) is invariant to scaling x (keys are normalized queries).
     np.testing.assert_array_equal(bk, lsh.hash_buckets(3.0 * x, rot, 8))
+    # Equal to the argmax of the explicit concatenation (which hash_buckets never builds).
+    xr = jnp.einsum("bhtd,hrdk->bhrtk", x, rot)
+    np.testing.assert_array_equal(bk, jnp.argmax(jnp.concatenate([xr, -xr], -1), -1))
+    # Factorized buckets (4, 6): each factor hashes with its own columns, b1 + 4 b2.
+    rot_f = lsh.rotations(jax.random.PRNGKey(0), num_heads=H, n_hashes=2, head_dim=D,
+                          n_buckets=(4, 6))  # fmt: skip
+    assert rot_f.shape[-1] == 2 + 3
+    xr = jnp.einsum("bhtd,hrdk->bhrtk", x, rot_f)
+    b1 = jnp.argmax(jnp.concatenate([xr[..., :2], -xr[..., :2]], -1), -1)
+    b2 = jnp.argmax(jnp.concatenate([xr[..., 2:], -xr[..., 2:]], -1), -1)
+    bf = lsh.hash_buckets(x, rot_f, (4, 6))
+    np.testing.assert_array_equal(bf, b1 + 4 * b2)
+    assert int(bf.max()) < 24 and len(np.unique(np.asarray(bf))) > 6
 
 
 def test_unsort_gradient_is_a_gather_not_a_scatter():
@@ -153,6 +172,7 @@ def test_unsort_gradient_is_a_gather_not_a_scatter():
     np.testing.assert_allclose(g, g_ref)
 
 
+@pytest.mark.slow  # odd lengths are also covered by test_causal_lsh_never_uses_the_future
 def test_odd_length_and_dropout_are_finite():
     q, v = _inputs(6, t=30)  # not a multiple of chunk_len: padded internally
     out = jax.jit(
@@ -165,6 +185,7 @@ def test_odd_length_and_dropout_are_finite():
     "opts,field",
     [
         (dict(n_buckets=3), "n_buckets"),
+        (dict(n_buckets=(4, 3)), "n_buckets"),
         (dict(chunk_len=0), "chunk_len"),
         (dict(n_hashes=0), "n_hashes"),
         (dict(n_chunks_before=-1), "n_chunks_before"),

@@ -6,6 +6,7 @@ Legend: B batch, T length, V vocabulary.
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from seqjax.models import reversible
 from seqjax.models import transformer as tr
@@ -72,15 +73,33 @@ def _peak_temp_bytes(cfg, tokens) -> int:
     return int(compiled.memory_analysis().temp_size_in_bytes)
 
 
+def _memory_by_depth(depths, t):
+    tokens = jnp.zeros((2, t), jnp.int32)
+    dense = tr.attention_cycle("dense", {"dense": dict(implementation="reference")})
+    mem = {}
+    for rev in (False, True):
+        for n in depths:
+            cfg = _cfg(num_layers=n, d_model=32, max_len=t, attention=dense, reversible=rev)
+            mem[rev, n] = _peak_temp_bytes(cfg, tokens)
+    return mem
+
+
+def test_activation_memory_per_layer_is_small():
+    """CI version (2 and 4 layers, T = 128): each extra reversible layer costs under a tenth
+    of a standard layer's activation memory (compiled ``memory_analysis``)."""
+    mem = _memory_by_depth((2, 4), 128)
+    assert mem[False, 4] > 1.5 * mem[False, 2], mem  # the standard model grows with depth
+    assert mem[True, 4] < mem[False, 4], mem
+    per_layer_rev = (mem[True, 4] - mem[True, 2]) / 2
+    per_layer_std = (mem[False, 4] - mem[False, 2]) / 2
+    assert per_layer_rev < 0.1 * per_layer_std, mem
+
+
+@pytest.mark.slow
 def test_activation_memory_is_flat_with_depth():
     """Peak memory of a 12-layer reversible model is well below the standard model's and
     nearly the same at 2, 6 and 12 layers (compiled ``memory_analysis``)."""
-    tokens = jnp.zeros((2, 256), jnp.int32)
-    dense = tr.attention_cycle("dense", {"dense": dict(implementation="reference")})
-    mem = {}
-    for rev, n in [(False, 2), (False, 12), (True, 2), (True, 6), (True, 12)]:
-        cfg = _cfg(num_layers=n, d_model=32, max_len=256, attention=dense, reversible=rev)
-        mem[rev, n] = _peak_temp_bytes(cfg, tokens)
+    mem = _memory_by_depth((2, 6, 12), 256)
     assert mem[True, 12] < 0.25 * mem[False, 12], mem  # well below the standard model
     assert mem[False, 12] > 3.0 * mem[False, 2], mem  # the standard model grows with depth
     # Roughly flat: under 1.5x from 2 to 12 layers, and each extra layer costs under a tenth
