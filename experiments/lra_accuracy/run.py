@@ -2,8 +2,8 @@
 
 Trains the LRA classifiers with dense, sparse (fixed), Linformer and LSH attention through
 ``seqjax.train.loop.train_and_evaluate`` (in this process) and writes their test accuracy
-next to the paper's Table 1. The base configs are ``configs/lra_listops_linformer.py`` and
-``configs/lra_text_linformer.py`` (the LRA hyper-parameters); each variant only replaces
+next to the paper's Table 1. The base configs are ``configs/lra_listops.py`` and
+``configs/lra_text.py`` (the LRA hyper-parameters); each variant only replaces
 ``config.model.attention`` and its ``attention_options``.
 
 Scales:
@@ -50,7 +50,7 @@ from seqjax.train import loop
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 SCALES = ("smoke", "cpu", "full")
-TASKS = {"listops": "lra_listops_linformer.py", "text": "lra_text_linformer.py"}
+TASKS = {"listops": "lra_listops.py", "text": "lra_text.py"}
 
 # Tay et al. 2020, Table 1 (PAPERS.md §6): test accuracy %, ListOps and Text.
 PAPER = {
