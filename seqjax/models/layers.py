@@ -311,3 +311,20 @@ def layer_norm(dtype=jnp.float32, name: str | None = None):
 def cycle(items: Sequence, n: int) -> list:
     """``items`` repeated to length ``n`` (per-layer patterns such as lsh, dense, ...)."""
     return [items[i % len(items)] for i in range(n)]
+
+
+def shared_attention_params(module: nn.Module, cfg) -> dict:
+    """Parameters owned by a model and shared by its layers (``Mechanism.model_params``).
+
+    Called in the model's scope (``Encoder``, ``ReversibleStack``, ``TransformerXL``), so the
+    parameters live there once (e.g. layerwise Linformer's single E, Transformer-XL's u/v).
+
+    Returns:
+      ``{(name, options): kwargs}`` for each distinct per-layer attention with a hook.
+    """
+    shared = {}
+    for name, options in dict.fromkeys(cfg.attention):
+        hook = attention_lib.spec(name).model_params
+        if hook is not None:
+            shared[(name, options)] = hook(module, cfg=cfg, options=dict(options))
+    return shared

@@ -36,7 +36,6 @@ from typing import Any
 import flax.linen as nn
 import jax
 
-from seqjax import attention as attention_lib
 from seqjax.models import layers
 
 FALLBACK_SEED = 0
@@ -112,7 +111,7 @@ class ReversibleStack(nn.Module):
         n = cfg.num_layers
         f_mods = [AttentionHalf(cfg, i, self.causal, name=f"attn_{i}") for i in range(n)]
         g_mods = [FeedForwardHalf(cfg, name=f"ff_{i}") for i in range(n)]
-        shared = self._shared_attention_params()
+        shared = layers.shared_attention_params(self, self.cfg)
         extras = [shared.get(cfg.layer_attention(i), {}) for i in range(n)]
 
         if self.is_initializing():  # create the parameters with a plain forward pass
@@ -151,15 +150,6 @@ class ReversibleStack(nn.Module):
         else:
             f["lsh"] = jax.random.fold_in(jax.random.PRNGKey(FALLBACK_SEED), i)
         return {"f": f, "g": g}
-
-    def _shared_attention_params(self) -> dict:
-        """``Mechanism.model_params`` of each distinct per-layer attention (as ``Encoder``)."""
-        shared = {}
-        for name, options in dict.fromkeys(self.cfg.attention):
-            hook = attention_lib.spec(name).model_params
-            if hook is not None:
-                shared[(name, options)] = hook(self, cfg=self.cfg, options=dict(options))
-        return shared
 
 
 def _plain(f, g, n: int):

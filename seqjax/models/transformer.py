@@ -224,26 +224,13 @@ class Encoder(nn.Module):
                 x_BTE, mask_BS=mask_BS, segment_ids=segment_ids, deterministic=deterministic
             )
         else:
-            shared = self._shared_attention_params()
+            shared = layers.shared_attention_params(self, cfg)
             block_cls = nn.remat(Block, static_argnums=(4,)) if cfg.remat else Block
             for i in range(cfg.num_layers):
                 x_BTE = block_cls(cfg, i, self.causal, self.decode, name=f"block_{i}")(
                     x_BTE, mask_BS, segment_ids, deterministic, shared.get(cfg.layer_attention(i))
                 )
         return layers.layer_norm(name="ln_final")(x_BTE), embed
-
-    def _shared_attention_params(self) -> dict:
-        """Parameters owned by the model and shared by layers (``Mechanism.model_params``).
-
-        Returns:
-          ``{(name, options): kwargs}`` for each distinct per-layer attention with a hook.
-        """
-        shared = {}
-        for name, options in dict.fromkeys(self.cfg.attention):
-            hook = attention_lib.spec(name).model_params
-            if hook is not None:
-                shared[(name, options)] = hook(self, cfg=self.cfg, options=dict(options))
-        return shared
 
 
 class TransformerLM(nn.Module):

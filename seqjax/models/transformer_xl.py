@@ -26,7 +26,6 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from seqjax import attention as attention_lib
 from seqjax.models import layers
 from seqjax.models.transformer import TransformerConfig
 
@@ -134,11 +133,7 @@ class TransformerXL(nn.Module):
         x_BTE = embed(tokens_BT) * jnp.sqrt(float(cfg.d_model))
         x_BTE = nn.Dropout(cfg.dropout_rate)(x_BTE, deterministic=deterministic)
         kv_mask_BS = jnp.concatenate([valid_BM, jnp.ones((b, t), bool)], axis=1)
-        shared = {}
-        for name, options in dict.fromkeys(cfg.attention):
-            hook = attention_lib.spec(name).model_params
-            if hook is not None:
-                shared[(name, options)] = hook(self, cfg=cfg, options=dict(options))
+        shared = layers.shared_attention_params(self, cfg)
         hiddens = [x_BTE]
         for i in range(cfg.num_layers):
             x_BTE = XLBlock(cfg, i, name=f"block_{i}")(
