@@ -3,15 +3,19 @@
 Every study writes ``experiments/<study>/results/*.json`` through ``seqjax.bench``; a
 results file may carry a ``"summary"`` list of rows
 ``{"study", "paper_figure", "paper", "ours", "ratio", "note"}`` (ratio = ours / paper where
-that means something). This script gathers them, adds the machine, date and commit
-recorded in the file, and rewrites the table between the markers in the README:
+that means something). A results file written before its script produced that list gets it
+from the script's own ``summary_rows(payload)`` (``DERIVED`` below), so the rows are defined
+once. This script gathers them, adds the machine, date and commit recorded in the file, and
+rewrites the table between the markers in the README:
 
     python experiments/summarize.py
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -35,6 +39,61 @@ HEADERS = [
 ]
 
 
+# results file (relative to experiments/) -> the script whose summary_rows(payload) applies.
+DERIVED = {
+    "sparse_transformer/results/cpu.json": "sparse_transformer/run.py",
+    "linformer/results/linformer_cpu.json": "linformer/run.py",
+    "reformer/results/growth.json": "reformer/growth.py",
+}
+
+
+def _summary(path: Path, payload: dict, root: Path) -> list[dict]:
+    if "summary" in payload:
+        return payload["summary"]
+    script = DERIVED.get(path.relative_to(root).as_posix())
+    if script is None:
+        return []
+    name = "study_" + script.replace("/", "_").removesuffix(".py")
+    spec = importlib.util.spec_from_file_location(name, root / script)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module.summary_rows(payload)
+
+
+def _git_date_commit(path: Path) -> tuple[str, str]:
+    """Date and short hash of the last commit that touched ``path`` (older files)."""
+    try:
+        out = subprocess.run(
+            ["git", "log", "-1", "--format=%cs %h", "--", str(path)],
+            capture_output=True,
+            text=True,
+            cwd=path.parent,
+            check=True,
+        ).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        return "", "?"
+    return (out[0], out[1]) if len(out) == 2 else ("", "?")
+
+
+def _machine(payload: dict, path: Path) -> tuple[str, str, str]:
+    """(machine, date, commit) from ``environment`` (seqjax.bench) or an older layout (then
+    date and commit are those of the last git commit of the file)."""
+    env = payload.get("environment") or payload.get("machine") or payload.get("meta") or {}
+    if not isinstance(env, dict):
+        env = {}
+    machine = env.get("backend", "?")
+    if env.get("backend") == "cpu" or "cpu" in str(env.get("machine", "")):
+        machine = f"cpu ({env.get('cpu_count', 2)} cores)"
+    elif env.get("devices"):
+        machine = env["devices"][0]
+    date, commit = str(env.get("date", ""))[:10], env.get("commit")
+    if not date or not commit:
+        git_date, git_commit = _git_date_commit(path)
+        date, commit = date or git_date, commit or f"{git_commit} (file)"
+    return machine, date, commit
+
+
 def gather(root: Path = HERE) -> list[dict]:
     rows = []
     for path in sorted(root.glob("*/results/*.json")):
@@ -42,19 +101,14 @@ def gather(root: Path = HERE) -> list[dict]:
             payload = json.loads(path.read_text())
         except json.JSONDecodeError:
             continue
-        env = payload.get("environment", {})
-        for row in payload.get("summary", []):
-            machine = env.get("backend", "?")
-            if env.get("backend") == "cpu":
-                machine = f"cpu ({env.get('cpu_count')} cores)"
-            elif env.get("devices"):
-                machine = env["devices"][0]
+        machine, date, commit = _machine(payload, path)
+        for row in _summary(path, payload, root):
             rows.append(
                 {
                     **row,
                     "machine": machine,
-                    "date": str(env.get("date", ""))[:10],
-                    "commit": env.get("commit", "?"),
+                    "date": date,
+                    "commit": commit,
                     "file": f"[{path.name}]({path.relative_to(root).as_posix()})",
                 }
             )

@@ -45,6 +45,22 @@ def step(seq: int, sc: dict, factorized: bool):
     return compiled, x, nb
 
 
+def summary_rows(payload: dict) -> list[dict]:
+    """Rows for ``experiments/summarize.py``: time growth 4K -> 64K at a fixed number of
+    tokens (LSH cost is linear in length, Kitaev et al. 2020; issue 7 goal: below 1.5x)."""
+    return [
+        {
+            "study": f"reformer LSH time growth 4K -> 64K, {r['hashing']} hashing",
+            "paper_figure": "Kitaev et al. 2020 (linear in T); issue goal < 1.5x",
+            "paper": 1.5,
+            "ours": round(r["growth"], 2),
+            "ratio": round(r["growth"] / 1.5, 2),
+        }
+        for r in payload["rows"]
+        if r.get("growth")
+    ]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", choices=sorted(SCALES), default="cpu")
@@ -87,6 +103,7 @@ def main(argv=None):
     out = Path(args.out)
     payload = {"scale": args.scale, "config": sc, "rows": rows, "times_s": {}, "load_avg": load}
     payload["times_s"] = {f"T{t}_{'factorized' if f else 'flat'}": v for (t, f), v in times.items()}
+    payload["summary"] = summary_rows(payload) if args.scale != "smoke" else []
     bench.write_results(out, name, payload, md)
     bench.plot_lines(
         out / f"{name}.png",
