@@ -62,6 +62,23 @@ def test_xl_training_learns_and_keeps_memory_in_state(xl_run):
     assert all(float(jnp.abs(m).max()) > 0 for m in mems)
 
 
+def test_xl_sharded_equals_one_device(helpers, corpus, tmp_path, xl_run):
+    """data=4 x tensor=2 on 8 fake devices: the memories are sharded over the batch and
+    carried from step to step, and the losses equal the 1-device run's."""
+    assert jax.device_count() == 8
+    _, losses = xl_run
+    config = _config(helpers, corpus, **{"mesh.data": 4, "mesh.tensor": 2, "train.stop_after": 6})
+    result = loop.train_and_evaluate(config, str(tmp_path))
+    assert result["stopped"] == "stop_after" and result["step"] == 6
+    sharded = helpers.losses(tmp_path)
+    got = np.array([sharded[s][0] for s in range(1, 7)])
+    want = np.array([losses[s] for s in range(1, 7)])
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+    _, state, _ = setup.restore_latest(str(tmp_path))
+    mems, _ = state["memory"]
+    assert "data" in str(mems[0].sharding.spec)  # [B, M, E] split over the batch
+
+
 def test_xl_resume_restores_memories(helpers, corpus, tmp_path, xl_run):
     """3 steps, a new run that resumes for 3 more: losses == the uninterrupted run's. With
     an empty memory after the resume, steps 4-6 would differ (the memory is used)."""
