@@ -156,6 +156,15 @@ def main(argv=None) -> dict:
                     f"(paper {row['paper_accuracy']}) {row['wall_s']:.0f} s",
                     flush=True,
                 )
+                write(args, rows)
+    payload = write(args, rows)
+    print(payload["markdown"])
+    return payload
+
+
+def write(args, rows) -> dict:
+    """Writes JSON (with the summary rows), markdown and PNG of ``rows`` (after every run,
+    so a run stopped part-way keeps the rows it finished)."""
     summary = [
         {
             "study": "lra_accuracy",
@@ -205,9 +214,9 @@ def main(argv=None) -> dict:
         "stated scale (see README for the deviations)."
     )
     bench.write_results(args.out, f"lra_accuracy_{args.scale}", payload, md)
-    plot(rows, Path(args.out) / f"lra_accuracy_{args.scale}.png")
-    print(md)
-    return payload
+    if rows:
+        plot(rows, Path(args.out) / f"lra_accuracy_{args.scale}.png")
+    return {**payload, "markdown": md}
 
 
 def plot(rows, path: Path) -> None:
