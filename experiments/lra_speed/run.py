@@ -326,8 +326,8 @@ def markdown(rows, scale_name: str, scale: Scale) -> str:
             return "—"
         if r["status"] == "does not fit":
             return f"does not fit ({r['peak_gb']:.1f} GB)" if key == "peak_gb" else "does not fit"
-        if r.get(key) is None:
-            return "slow" if key != "peak_gb" else "—"
+        if r.get(key) is None:  # not timed ("slow"), or a ratio whose base did not run
+            return "slow" if key == "steps_per_s" and r["status"] != "ok" else "—"
         return fmt.format(r[key])
 
     head = "| mechanism | " + " | ".join(f"{t // 1024}K" if t >= 1024 else str(t) for t in lengths)
