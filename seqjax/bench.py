@@ -218,7 +218,10 @@ def plot_lines(
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    if ax.get_lines():
+        ax.legend(fontsize=8)
+    else:  # nothing measured (e.g. every configuration did not fit)
+        ax.text(0.5, 0.5, "no measured points", ha="center", va="center", transform=ax.transAxes)
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
