@@ -10,6 +10,7 @@ every built-in mechanism.
 # Importing a mechanism's module registers it (one file and one name per mechanism).
 from seqjax.attention import (  # noqa: F401
     dense,  # "dense", "causal"
+    flex,  # "flex" (any pattern: mask function or block mask)
     linformer,  # "linformer"
     lsh,  # "lsh"
     relative,  # "relative" (Transformer-XL)

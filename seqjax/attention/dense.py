@@ -8,23 +8,34 @@ Implementations (option ``implementation``), all exact and mask-identical:
   * ``"chunked"``: blockwise online softmax with a recomputing backward pass
     (``seqjax.attention.blockwise``); memory linear in sequence length, and causal
     attention skips the key blocks the mask removes entirely.
-  * ``"cudnn"``: ``jax.nn.dot_product_attention(implementation="cudnn")`` on NVIDIA GPUs.
-  * ``"auto"`` (default): cuDNN on a GPU when the shapes and dtype allow it, otherwise
-    ``reference`` for short sequences and ``chunked`` for long ones.
+  * ``"cudnn"``: ``jax.nn.dot_product_attention(implementation="cudnn")`` on NVIDIA GPUs
+    (fused FlashAttention-style kernels; bf16/fp16, head dim <= 128 and a multiple of 8; no
+    attention dropout: asking for it raises).
+  * ``"pallas"``: the block-table kernels of ``seqjax.attention.pallas_blocks`` (Triton on
+    GPU, interpret mode elsewhere) over the dense (or causal lower-triangle) table; the
+    portable fused kernel where cuDNN does not apply (float32, head dims cuDNN rejects).
+  * ``"auto"`` (default): cuDNN on a GPU when the shapes, dtype and options allow it (the
+    reason is logged once when they do not), otherwise ``reference`` for short sequences
+    and ``chunked`` for long ones.
 
 Legend: B batch, T query length, S key length, H heads, D head dim.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax.attention import blockwise, registry
+from seqjax.attention import blockwise, pallas_blocks, registry
 from seqjax.attention import masks as masks_lib
 
-IMPLEMENTATIONS = ("auto", "reference", "chunked", "cudnn")
+log = logging.getLogger(__name__)
+
+IMPLEMENTATIONS = ("auto", "reference", "chunked", "cudnn", "pallas")
 # Above this many logits per (batch, head), "auto" on CPU/TPU switches to "chunked".
 AUTO_CHUNK_THRESHOLD = 2048 * 2048
 
@@ -96,28 +107,57 @@ def chunked_attention(q, k, v, *, causal=False, block_q=512, block_k=512, **kwar
     )
 
 
+def pallas_attention(q, k, v, *, causal=False, block_q=128, block_k=128, **kwargs):
+    """Dense attention through the Pallas block-table kernels (``pallas_blocks``).
+
+    Tiles are clipped to the next power of two of the sequence lengths (Triton tiles).
+    """
+    t, s = q.shape[1], k.shape[1]
+    bq = min(block_q, max(16, 1 << (t - 1).bit_length()))
+    bk = min(block_k, max(16, 1 << (s - 1).bit_length()))
+    nq, nk = -(-t // bq), -(-s // bk)
+    table, count = blockwise.dense_table(
+        nq, nk, bq, bk, causal=causal, offset=masks_lib.causal_offset(t, s)
+    )
+    return pallas_blocks.block_sparse_attention(
+        q, k, v, table=table, count=count, block_q=bq, block_k=bk, causal=causal, **kwargs
+    )
+
+
 def _on_gpu() -> bool:
     return jax.default_backend() == "gpu"
 
 
-def _cudnn_supported(q, k, v, dropout_rate) -> bool:
-    return (
-        q.dtype in (jnp.bfloat16, jnp.float16)
-        and q.dtype == k.dtype == v.dtype
-        and q.shape[-1] <= 128
-        and q.shape[-1] % 8 == 0
-        and q.shape[-1] == v.shape[-1]
-        and dropout_rate == 0.0
-    )
+def cudnn_unsupported(q, k, v, dropout_rate=0.0) -> str | None:
+    """Why cuDNN cannot run these inputs (None when it can)."""
+    if dropout_rate > 0.0:
+        return "attention dropout is not available through jax.nn.dot_product_attention"
+    if not (q.dtype in (jnp.bfloat16, jnp.float16) and q.dtype == k.dtype == v.dtype):
+        return f"dtype {q.dtype} (cuDNN attention takes bfloat16 or float16)"
+    d = q.shape[-1]
+    if not (d <= 128 and d % 8 == 0 and d == v.shape[-1]):
+        return f"head dims {d}/{v.shape[-1]} (cuDNN needs equal dims <= 128, multiples of 8)"
+    return None
+
+
+@functools.lru_cache(maxsize=32)
+def _log_auto_choice(choice: str, why: str) -> None:
+    log.info("dense attention 'auto' uses %r on GPU: cuDNN does not apply (%s)", choice, why)
 
 
 def cudnn_attention(
-    q, k, v, *, causal=False, mask=None, segment_ids=None, scale=None, **unused_dropout
+    q, k, v, *, causal=False, mask=None, segment_ids=None, scale=None, dropout_rate=0.0, **unused
 ):
     """cuDNN fused attention through ``jax.nn.dot_product_attention`` (GPU only).
 
-    Masks are passed as one boolean ``[B, 1, T, S]`` mask so that the bottom-right causal
-    alignment and packed segments match the other implementations exactly.
+    Square causal attention without other masks uses the kernel's own causal mask
+    (``is_causal``; top-left equals bottom-right when T == S), so no ``T x S`` mask is ever
+    formed; otherwise the masks are passed as one boolean ``[B, 1, T, S]`` mask so that the
+    bottom-right causal alignment and packed segments match the other implementations.
+
+    Raises:
+      ValueError: off GPU, or when attention dropout is asked for (cuDNN through
+        ``jax.nn.dot_product_attention`` cannot apply it; use ``chunked`` or ``reference``).
     """
     if not _on_gpu():
         raise ValueError(
@@ -125,8 +165,18 @@ def cudnn_attention(
             f"this process runs on {jax.default_backend()!r}. Use 'auto', 'chunked' or "
             "'reference'."
         )
+    if dropout_rate > 0.0:
+        raise ValueError(
+            f"dense implementation 'cudnn' cannot apply attention dropout (dropout_rate="
+            f"{dropout_rate}); use implementation 'auto', 'chunked' or 'reference', or set "
+            "the attention dropout to 0"
+        )
     b, t, _, _ = q.shape
     s = k.shape[1]
+    if causal and t == s and mask is None and segment_ids is None:
+        return jax.nn.dot_product_attention(
+            q, k, v, scale=scale, is_causal=True, implementation="cudnn"
+        )
     valid = masks_lib.dense_mask(b, t, s, causal=causal, mask=mask, segment_ids=segment_ids)
     out = jax.nn.dot_product_attention(q, k, v, mask=valid, scale=scale, implementation="cudnn")
     if valid is not None:  # rows with no visible key are defined as zeros
@@ -151,16 +201,21 @@ def dense_attention(q, k, v, *, implementation="auto", block_q=512, block_k=512,
             f"unknown dense implementation {implementation!r}; valid: {', '.join(IMPLEMENTATIONS)}"
         )
     if implementation == "auto":
-        if _on_gpu() and _cudnn_supported(q, k, v, kwargs.get("dropout_rate", 0.0)):
+        why = cudnn_unsupported(q, k, v, kwargs.get("dropout_rate", 0.0)) if _on_gpu() else ""
+        if why is None:
             implementation = "cudnn"
         elif q.shape[1] * k.shape[1] > AUTO_CHUNK_THRESHOLD:
             implementation = "chunked"
         else:
             implementation = "reference"
+        if why:
+            _log_auto_choice(implementation, why)
     if implementation == "reference":
         return reference_attention(q, k, v, **kwargs)
     if implementation == "chunked":
         return chunked_attention(q, k, v, block_q=block_q, block_k=block_k, **kwargs)
+    if implementation == "pallas":
+        return pallas_attention(q, k, v, block_q=block_q, block_k=block_k, **kwargs)
     return cudnn_attention(q, k, v, **kwargs)
 
 

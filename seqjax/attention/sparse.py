@@ -16,8 +16,12 @@ Options:
   * ``distinct_summaries`` (``sparse_fixed`` only): head h uses the summary sub-block
     ``h mod (l / c)`` counted back from the end of each block, instead of all heads sharing
     the last c cells (§4.3: distinct sub-blocks per head were preferable).
-  * ``implementation``: ``"blocksparse"`` (default; computes only the blocks the pattern
-    needs, forward and backward, O(T sqrt(T)) for l ≈ sqrt(T); see ``sparse_blocks``) or
+  * ``implementation``: ``"auto"`` (default: ``"pallas"`` on a GPU without dropout, else
+    ``"blocksparse"``), ``"blocksparse"`` (computes only the blocks the pattern
+    needs, forward and backward, O(T sqrt(T)) for l ≈ sqrt(T); see ``sparse_blocks``),
+    ``"pallas"`` (the same block tables run by the Pallas kernels of ``pallas_blocks``:
+    Triton on GPU, interpret mode elsewhere; parts with tiles Triton cannot take, and
+    dropout, fall back to the plain-JAX engine, logged) or
     ``"masked"`` (dense attention with the pattern as a ``[H, T, T]`` mask, the ground truth
     for tests, O(T^2)).
   * ``causal`` (the common option): the paper's decoder patterns; False gives the
@@ -43,7 +47,7 @@ from seqjax.attention import sparse_blocks as blocks
 from seqjax.attention import sparse_patterns as patterns
 from seqjax.attention.sparse_patterns import head_patterns, pattern  # noqa: F401 (public API)
 
-IMPLEMENTATIONS = ("blocksparse", "masked")
+IMPLEMENTATIONS = ("auto", "blocksparse", "pallas", "masked")
 HEAD_MODES = ("merged", "split")
 OPTIONS = ("stride", "c", "block_size", "head_mode", "distinct_summaries", "implementation")
 # Engine block for the gathered summary keys (fixed A2): large enough to amortise the loop,
@@ -68,7 +72,7 @@ def resolve_options(
     block_size=None,
     head_mode="merged",
     distinct_summaries=False,
-    implementation="blocksparse",
+    implementation="auto",
 ) -> dict:
     """Validates the options of ``sparse_<kind>`` for length T and fills in defaults.
 
@@ -233,7 +237,8 @@ def blocksparse_attention(q, k, v, *, kind, opts, causal, mask, segment_ids, sca
     q_seg, kv_seg = masks_lib.split_segment_ids(segment_ids, t, t)
     if q_seg is not None:
         q_seg, kv_seg = _pad_seq(q_seg, tp), _pad_seq(kv_seg, tp)
-    ctx = blocks.Context(key_mask, q_seg, kv_seg, scale, drop, drop_rng)
+    engine = "pallas" if opts["implementation"] == "pallas" else "jax"
+    ctx = blocks.Context(key_mask, q_seg, kv_seg, scale, drop, drop_rng, engine=engine)
     qp, kp, vp = _pad_seq(q, tp), _pad_seq(k, tp), _pad_seq(v, tp)
     first = blocks.local_band if kind == "strided" else blocks.block_diagonal
     kw = dict(kind=kind, opts=opts, causal=causal)
@@ -297,6 +302,10 @@ def sparse_attention(
     if dropout_rate > 0.0 and dropout_rng is None:
         raise ValueError("dropout_rate > 0 needs a dropout_rng")
     scale = float(scale if scale is not None else 1.0 / np.sqrt(d))
+    if opts["implementation"] == "auto":
+        # The Pallas kernels on GPU (Triton); the plain-JAX engine elsewhere and for dropout.
+        on_gpu = jax.default_backend() == "gpu"
+        opts["implementation"] = "pallas" if on_gpu and dropout_rate == 0.0 else "blocksparse"
     fn = masked_attention if opts["implementation"] == "masked" else blocksparse_attention
     return fn(
         q,

@@ -28,12 +28,21 @@ blocks, c summary cells per block.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import logging
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax.attention import blockwise
+from seqjax.attention import blockwise, pallas_blocks
+
+log = logging.getLogger(__name__)
+
+
+@functools.lru_cache(maxsize=64)
+def _log_fallback(part: int, why: str) -> None:
+    log.warning("block-sparse part %d runs on the plain-JAX engine: %s", part, why)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +54,8 @@ class Context:
       q_seg, kv_seg: int ``[B, T]`` segment ids or None.
       scale: logit scale.
       dropout_rate, dropout_rng: attention-probability dropout (one fold-in per part).
+      engine: ``"jax"`` (the plain-JAX engine ``blockwise``) or ``"pallas"`` (the kernels of
+        ``pallas_blocks``; a part they cannot run falls back to ``"jax"``, logged).
     """
 
     mask: jax.Array | None
@@ -53,6 +64,7 @@ class Context:
     scale: float
     dropout_rate: float = 0.0
     dropout_rng: jax.Array | None = None
+    engine: str = "jax"
 
     def segments(self, kv_index=None):
         if self.q_seg is None:
@@ -81,7 +93,16 @@ def _attend(q, k, v, ctx: Context, *, table, count, block_q, block_k, mask_fn, p
     """One exact block-sparse part with its log-sum-exp ``[B, H, T]``."""
     kwargs = dict(mask=ctx.mask, segment_ids=ctx.segments())
     kwargs.update(over)
-    return blockwise.blockwise_attention(
+    engine = blockwise.blockwise_attention
+    if ctx.engine == "pallas":
+        why = pallas_blocks.supported(
+            q, k, v, block_q=block_q, block_k=block_k, table=table, dropout_rate=ctx.dropout_rate
+        )
+        if why is None:
+            engine = pallas_blocks.block_sparse_attention
+        else:
+            _log_fallback(part, why)
+    return engine(
         q,
         k,
         v,

@@ -1,0 +1,322 @@
+"""Accelerator benchmarks: fused attention kernels and training MFU (issue: accelerator path).
+
+Sections (``--sections``, default all):
+
+* ``dense``: fwd+bwd of dense attention, bf16, ``B = max(1, 16K / T)``, 16 heads x 64, at
+  1K-32K, causal and not: ``jax.nn.dot_product_attention(implementation="cudnn")`` (the
+  target), seqjax ``dense`` with ``auto`` (what a model gets), the Pallas block-table kernel,
+  plain-JAX ``chunked`` and the materializing ``reference`` (up to 8K).
+* ``sparse``: Child et al. 2019 Table 2 shape (8 heads x 64, stride l = 128, c = 32, causal)
+  at 4K-16K: ``sparse_strided`` / ``sparse_fixed`` through the Pallas kernels and through
+  the plain-JAX engine, against cuDNN dense causal.
+* ``efficient``: Linformer (k = 256, bidirectional) and LSH (4 rounds, causal) against cuDNN
+  dense at 4K-64K (batch 1, 8 heads x 64).
+* ``train``: tokens/s and MFU of a GPT-2-small-class dense LM (12 layers, d = 768, 12 heads,
+  T = 1024, vocab 50,304, bf16 compute / float32 parameters, AdamW), model FLOPs from the
+  analytic count ``6 N T + 12 L T^2 d`` per sequence (Kaplan et al. 2020 / PaLM appendix B;
+  causal attention counted in full, as PaLM does) and, for comparison, XLA's
+  ``cost_analysis()`` of the compiled step.
+
+Contenders of a section are timed interleaved (A B C A B C ...), each call synchronised
+with ``block_until_ready``, and the medians are reported with their ratio to the first
+contender. Writes ``results/<device>.json`` and ``.md`` (``--out`` to change the folder).
+
+    python experiments/accelerator/run.py --scale gpu
+    python experiments/accelerator/run.py --scale smoke   # CPU, tiny, checks the script
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from seqjax import attention
+from seqjax.models.transformer import TransformerConfig, TransformerLM
+
+HERE = Path(__file__).resolve().parent
+# Dense bf16 tensor-core peaks (FLOP/s, no sparsity) from the vendors' data sheets.
+PEAK_BF16 = {
+    "H100 80GB HBM3": 989e12,  # H100 SXM
+    "H100 PCIe": 756e12,
+    "H200": 989e12,
+    "A100-SXM4-80GB": 312e12,
+    "A100-SXM4-40GB": 312e12,
+    "TPU v4": 275e12,
+    "TPU v5 lite": 197e12,
+    "TPU v5p": 459e12,
+}
+DENSE, LINFORMER, LSH = (attention.get(n) for n in ("dense", "linformer", "lsh"))
+SCALES = {
+    "gpu": dict(
+        dense=(1024, 2048, 4096, 8192, 16384, 32768),
+        sparse=(4096, 8192, 12288, 16384),
+        efficient=(4096, 16384, 65536),
+        train_batch=16,
+        rounds=7,
+    ),
+    "smoke": dict(dense=(128,), sparse=(256,), efficient=(256,), train_batch=2, rounds=2),
+}
+
+
+def peak_flops(device) -> float | None:
+    kind = getattr(device, "device_kind", "")
+    for name, peak in PEAK_BF16.items():
+        if name.lower() in kind.lower():
+            return peak
+    return None
+
+
+def grad_fn(fn):
+    """jit(fwd+bwd) of ``fn(q, k, v)`` against a fixed cotangent."""
+
+    def loss(q, k, v, ct):
+        return jnp.vdot(fn(q, k, v).astype(jnp.float32), ct.astype(jnp.float32))
+
+    return jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
+
+
+def interleaved(contenders: dict, args, rounds: int) -> dict[str, float | str]:
+    """Median seconds per call of each contender, timed A B C A B C ...; errors as text."""
+    compiled, result = {}, {}
+    for name, fn in contenders.items():
+        try:
+            jax.block_until_ready(fn(*args))  # compile + warm up
+            compiled[name] = fn
+        except Exception as e:  # noqa: BLE001 (a contender that cannot run is reported)
+            result[name] = f"error: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
+    times = {name: [] for name in compiled}
+    for _ in range(rounds):
+        for name, fn in compiled.items():
+            t0 = time.perf_counter()
+            jax.block_until_ready(fn(*args))
+            times[name].append(time.perf_counter() - t0)
+    result.update({name: statistics.median(ts) for name, ts in times.items()})
+    return result
+
+
+def qkv(b, t, h, d, dtype=jnp.bfloat16, seed=0):
+    ks = jax.random.split(jax.random.PRNGKey(seed), 4)
+    return [jax.random.normal(kk, (b, t, h, d), dtype) for kk in ks]
+
+
+def dense_section(lengths, rounds):
+    rows = []
+    for t in lengths:
+        b, h, d = max(1, 16384 // t), 16, 64
+        q, k, v, ct = qkv(b, t, h, d)
+        for causal in (False, True):
+
+            def cudnn(q, k, v, causal=causal):
+                return jax.nn.dot_product_attention(
+                    q, k, v, is_causal=causal, implementation="cudnn"
+                )
+
+            contenders = {"cudnn": cudnn}
+            for impl in ("auto", "pallas", "chunked") + (("reference",) if t <= 8192 else ()):
+                contenders[impl] = lambda q, k, v, impl=impl, causal=causal: DENSE(
+                    q, k, v, causal=causal, implementation=impl
+                )
+            res = interleaved({n: grad_fn(f) for n, f in contenders.items()}, (q, k, v, ct), rounds)
+            rows.append(dict(section="dense", T=t, B=b, causal=causal, seconds=res))
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def sparse_section(lengths, rounds):
+    rows = []
+    for t in lengths:
+        b, h, d = 1, 8, 64
+        q, k, v, ct = qkv(b, t, h, d)
+
+        def cudnn(q, k, v):
+            return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")
+
+        contenders = {"cudnn_dense": cudnn}
+        for kind in ("strided", "fixed"):
+            fn = attention.get(f"sparse_{kind}")
+            for impl in ("pallas", "blocksparse"):
+                contenders[f"{kind}_{impl}"] = lambda q, k, v, fn=fn, impl=impl: fn(
+                    q, k, v, causal=True, stride=128, c=32, implementation=impl
+                )
+        res = interleaved({n: grad_fn(f) for n, f in contenders.items()}, (q, k, v, ct), rounds)
+        rows.append(dict(section="sparse", T=t, B=b, causal=True, seconds=res))
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def efficient_section(lengths, rounds):
+    rows = []
+    for t in lengths:
+        b, h, d = 1, 8, 64
+        q, k, v, ct = qkv(b, t, h, d)
+        key = jax.random.PRNGKey(1)
+        proj = (jax.random.normal(key, (256, t)) / np.sqrt(t)).astype(jnp.bfloat16)
+        contenders = {
+            "cudnn_dense": lambda q, k, v: jax.nn.dot_product_attention(
+                q, k, v, implementation="cudnn"
+            ),
+            "linformer": lambda q, k, v, p=proj: LINFORMER(q, k, v, k=256, sharing="kv", proj_e=p),
+            "cudnn_dense_causal": lambda q, k, v: jax.nn.dot_product_attention(
+                q, k, v, is_causal=True, implementation="cudnn"
+            ),
+            "lsh": lambda q, k, v, r=key: LSH(q, q, v, causal=True, n_hashes=4, rng=r),
+        }
+        res = interleaved({n: grad_fn(f) for n, f in contenders.items()}, (q, k, v, ct), rounds)
+        rows.append(dict(section="efficient", T=t, B=b, seconds=res))
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def train_section(batch, rounds, smoke):
+    cfg = TransformerConfig(
+        vocab_size=50304 if not smoke else 256,
+        num_layers=12 if not smoke else 2,
+        num_heads=12 if not smoke else 2,
+        d_model=768 if not smoke else 64,
+        max_len=1024 if not smoke else 64,
+        positional="learned",
+        dtype="bfloat16",
+        causal=True,
+    )
+    t = cfg.max_len
+    model = TransformerLM(cfg)
+    tokens = jax.random.randint(jax.random.PRNGKey(0), (batch, t + 1), 0, cfg.vocab_size)
+    params = model.init(jax.random.PRNGKey(1), tokens[:, :-1])["params"]
+    tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(3e-4, weight_decay=0.1))
+    opt_state = tx.init(params)
+
+    def step(params, opt_state, tokens):
+        def loss_fn(p):
+            logits = model.apply({"params": p}, tokens[:, :-1]).astype(jnp.float32)
+            return optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:]).mean()
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    jstep = jax.jit(step, donate_argnums=(0, 1))
+    compiled = jstep.lower(params, opt_state, tokens).compile()
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    xla_flops = float(cost.get("flops", 0.0)) if cost else 0.0
+    n_params = sum(x.size for x in jax.tree.leaves(params))
+    n_embed = cfg.vocab_size * cfg.d_model  # tied: counted once in 6N (the logits matmul)
+    analytic = batch * (6 * n_params * t + 12 * cfg.num_layers * t * t * cfg.d_model)
+    params, opt_state, loss = compiled(params, opt_state, tokens)
+    jax.block_until_ready(loss)
+    times = []
+    for _ in range(max(rounds, 5)):
+        t0 = time.perf_counter()
+        params, opt_state, loss = compiled(params, opt_state, tokens)
+        jax.block_until_ready(loss)
+        times.append(time.perf_counter() - t0)
+    sec = statistics.median(times)
+    peak = peak_flops(jax.devices()[0])
+    row = dict(
+        section="train",
+        model="gpt2-small-class" if not smoke else "tiny",
+        B=batch,
+        T=t,
+        params=int(n_params),
+        embedding_params=int(n_embed),
+        step_seconds=sec,
+        tokens_per_s=batch * t / sec,
+        model_flops_per_step=analytic,
+        xla_flops_per_step=xla_flops,
+        mfu=analytic / sec / peak if peak else None,
+        peak_flops=peak,
+        loss=float(loss),
+    )
+    print(json.dumps(row), flush=True)
+    return [row]
+
+
+def markdown(rows) -> str:
+    out = []
+    for section in ("dense", "sparse", "efficient"):
+        sec = [r for r in rows if r["section"] == section]
+        if not sec:
+            continue
+        names = list(sec[0]["seconds"])
+        base = names[0]
+        out.append(f"\n### {section} (fwd+bwd ms; ratio = {base} / contender)\n")
+        out.append("| T | B | causal | " + " | ".join(names) + " |")
+        out.append("|---" * (3 + len(names)) + "|")
+        for r in sec:
+            cells = []
+            for n in names:
+                v = r["seconds"].get(n)
+                if isinstance(v, float):
+                    ratio = r["seconds"][base] / v if isinstance(r["seconds"][base], float) else 0
+                    cells.append(f"{v * 1e3:.2f} ({ratio:.2f}x)")
+                else:
+                    cells.append(str(v)[:40])
+            out.append(
+                f"| {r['T']} | {r['B']} | {r.get('causal', '')} | " + " | ".join(cells) + " |"
+            )
+    for r in rows:
+        if r["section"] == "train":
+            mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] else "n/a (no peak for this device)"
+            out.append(
+                f"\n### train ({r['model']}, B={r['B']}, T={r['T']}, bf16)\n\n"
+                f"{r['tokens_per_s']:,.0f} tokens/s, {r['step_seconds'] * 1e3:.1f} ms/step, "
+                f"MFU {mfu} (analytic {r['model_flops_per_step'] / 1e12:.2f} TFLOP/step; "
+                f"XLA cost analysis {r['xla_flops_per_step'] / 1e12:.2f} TFLOP/step)"
+            )
+    return "\n".join(out) + "\n"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", choices=sorted(SCALES), default="gpu")
+    parser.add_argument("--sections", default="dense,sparse,efficient,train")
+    parser.add_argument("--out", default=str(HERE / "results"))
+    args = parser.parse_args(argv)
+    scale = SCALES[args.scale]
+    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    unknown = set(sections) - {"dense", "sparse", "efficient", "train"}
+    if unknown:
+        parser.error(
+            f"--sections: unknown {sorted(unknown)}; valid: dense, sparse, efficient, train"
+        )
+    if args.scale == "gpu" and jax.default_backend() != "gpu":
+        parser.error(f"--scale gpu needs a GPU backend; this process has {jax.default_backend()!r}")
+    device = jax.devices()[0]
+    rows = []
+    if "dense" in sections:
+        rows += dense_section(scale["dense"], scale["rounds"])
+    if "sparse" in sections:
+        rows += sparse_section(scale["sparse"], scale["rounds"])
+    if "efficient" in sections:
+        rows += efficient_section(scale["efficient"], scale["rounds"])
+    if "train" in sections:
+        rows += train_section(scale["train_batch"], scale["rounds"], args.scale == "smoke")
+    env = dict(
+        device=getattr(device, "device_kind", str(device)),
+        backend=jax.default_backend(),
+        jax=jax.__version__,
+        load_avg=os.getloadavg(),
+        python=sys.version.split()[0],
+        date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    )
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    name = env["device"].replace(" ", "_") if args.scale != "smoke" else "smoke"
+    (out / f"{name}.json").write_text(json.dumps(dict(env=env, rows=rows), indent=1))
+    md = f"# Accelerator benchmarks on {env['device']}\n\n{json.dumps(env)}\n" + markdown(rows)
+    (out / f"{name}.md").write_text(md)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()

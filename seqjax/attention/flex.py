@@ -1,0 +1,312 @@
+"""Attention under any sparsity pattern: a mask function or a block mask ("flex").
+
+A pattern is given either as
+
+* a **mask function** ``fn(q_idx, k_idx) -> bool`` on broadcastable integer index arrays,
+  written with array operators only so that it runs on numpy (to derive the block table
+  once) and inside the kernels (for the partially filled blocks) — the ``mask_mod`` idea of
+  PyTorch's FlexAttention; or
+* a **block mask** ``bool [nq, nk]`` (which ``(query block, key block)`` pairs attend in
+  full), as BigBird (Zaheer et al. 2020, §2 and App. D) defines its random blocks.
+
+seqjax derives the key-block table (``table int32 [nq, W]``, ``count int32 [nq]``) once per
+(pattern, lengths, block sizes) and runs it with the same engines as the Sparse Transformer:
+the plain-JAX ``blockwise`` engine or the Pallas kernels of ``pallas_blocks``; only the
+listed block pairs are computed, forward and backward. ``implementation="masked"`` is the
+dense ground truth with the pattern as a ``[T, S]`` mask.
+
+Named patterns (``pattern=...`` in a model config): ``sliding_window`` (``window``),
+``dilated`` (``window``, ``dilation``), ``global_tokens`` (``num_global`` plus a sliding
+``window``), ``bigbird`` (``window`` blocks, ``num_global`` blocks, ``num_random`` blocks,
+``seed``; a block mask), and the Sparse Transformer's ``strided`` (``stride``) and ``fixed``
+(``stride``, ``c``) patterns of Child et al. 2019 eqs. (§4.2-4.3) as instances. (The
+registered ``sparse_strided``/``sparse_fixed`` mechanisms are faster for those two: they
+split the pattern into two parts whose tables are denser, see ``sparse_blocks``.)
+
+Legend: B batch, T query length, S key length, H heads, D head dim, bq/bk block sizes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from seqjax.attention import blockwise, dense, pallas_blocks, registry
+from seqjax.attention import masks as masks_lib
+
+IMPLEMENTATIONS = ("auto", "blocksparse", "pallas", "masked")
+PATTERNS = ("sliding_window", "dilated", "global_tokens", "bigbird", "strided", "fixed")
+OPTIONS = (
+    "pattern",
+    "mask_fn",
+    "block_mask",
+    "window",
+    "dilation",
+    "num_global",
+    "num_random",
+    "stride",
+    "c",
+    "seed",
+    "block_size",
+    "implementation",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Pattern:
+    """A hashable mask function ``(q_idx, k_idx) -> bool`` (numpy or jax arrays).
+
+    Causality is not part of a pattern: the ``causal`` option of the call adds it.
+    """
+
+    kind: str
+    window: int = 0
+    dilation: int = 1
+    num_global: int = 0
+    stride: int = 0
+    c: int = 0
+
+    def __call__(self, q, k):
+        if self.kind == "sliding_window":  # |i - j| <= window
+            return abs(q - k) <= self.window
+        if self.kind == "dilated":  # every dilation-th key within window * dilation
+            dist = abs(q - k)
+            return (dist <= self.window * self.dilation) & (dist % self.dilation == 0)
+        if self.kind == "global_tokens":  # the first num_global tokens see and are seen
+            near = abs(q - k) <= self.window
+            return near | (q < self.num_global) | (k < self.num_global)
+        if self.kind == "strided":  # Child et al. §4.2: |i - j| <= l or (i - j) mod l == 0
+            return (abs(q - k) <= self.stride) | ((q - k) % self.stride == 0)
+        if self.kind == "fixed":  # §4.3: same block, or j in the last c cells of its block
+            same = (q // self.stride) == (k // self.stride)
+            return same | (k % self.stride >= self.stride - self.c)
+        raise ValueError(f"unknown flex pattern {self.kind!r}; valid: {', '.join(PATTERNS)}")
+
+
+def bigbird_block_mask(nq, nk, *, window=1, num_global=1, num_random=1, seed=0, causal=False):
+    """BigBird's block layout ``bool [nq, nk]``: a band of ``window`` blocks each side,
+    ``num_global`` global blocks (rows and columns), and ``num_random`` random key blocks per
+    query block (Zaheer et al. 2020, Fig. 1 and App. D), seeded."""
+    rng = np.random.default_rng(seed)
+    qb, kb = np.arange(nq)[:, None], np.arange(nk)[None, :]
+    layout = (np.abs(qb - kb) <= window) | (qb < num_global) | (kb < num_global)
+    for i in range(nq):
+        allowed = np.arange(nk if not causal else min(nk, i + 1))
+        if num_random and allowed.size:
+            layout[i, rng.choice(allowed, min(num_random, allowed.size), replace=False)] = True
+    if causal:
+        layout &= kb <= qb
+    return layout
+
+
+def make_pattern(pattern: str, *, window=0, dilation=1, num_global=0, stride=0, c=0) -> Pattern:
+    """A named ``Pattern``; raises ``ValueError`` naming the option when it is invalid."""
+    if pattern not in PATTERNS or pattern == "bigbird":
+        raise ValueError(f"unknown flex pattern {pattern!r}; valid: {', '.join(PATTERNS)}")
+    needs = {
+        "sliding_window": ("window",),
+        "dilated": ("window", "dilation"),
+        "global_tokens": ("window", "num_global"),
+        "strided": ("stride",),
+        "fixed": ("stride", "c"),
+    }[pattern]
+    values = dict(window=window, dilation=dilation, num_global=num_global, stride=stride, c=c)
+    for name in needs:
+        v = values[name]
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"flex pattern {pattern!r} needs option {name} >= 1; got {v!r}")
+    if pattern == "fixed" and c > stride:
+        raise ValueError(f"flex pattern 'fixed' needs 1 <= c <= stride; got c={c}, stride={stride}")
+    return Pattern(pattern, **values)
+
+
+@functools.lru_cache(maxsize=128)
+def block_table(mask_fn: Callable | None, block_mask_key, t, s, bq, bk, causal, offset):
+    """``(table, count, pairs)`` of the blocks holding at least one visible (q, k) pair.
+
+    ``block_mask_key`` is ``(bytes, shape)`` of a block mask (hashable) or None. Evaluated
+    in strips of query blocks with numpy, once per argument set (cached).
+    """
+    nq, nk = -(-t // bq), -(-s // bk)
+    if block_mask_key is not None:
+        data, shape = block_mask_key
+        layout = np.frombuffer(data, bool).reshape(shape).copy()
+    else:
+        layout = np.zeros((nq, nk), bool)
+        k_idx = np.arange(s)[None, :]
+        for i in range(nq):
+            q_idx = np.arange(i * bq, min(t, (i + 1) * bq))[:, None]
+            visible = np.broadcast_to(mask_fn(q_idx, k_idx), (q_idx.shape[0], s))
+            if causal:
+                visible = visible & (k_idx <= q_idx + offset)
+            cols = visible.any(0)
+            layout[i] = np.pad(cols, (0, nk * bk - s)).reshape(nk, bk).any(1)
+    count = layout.sum(1).astype(np.int32)
+    width = max(1, int(count.max()))
+    table = np.zeros((nq, width), np.int32)
+    for i in range(nq):
+        js = np.nonzero(layout[i])[0]
+        table[i, : js.size] = js
+    return table, count, int(count.sum())
+
+
+def _block_mask_fn(layout: np.ndarray, bq: int, bk: int):
+    """Element mask of a block mask (used only by the ``masked`` ground truth)."""
+    layout_j = jnp.asarray(layout)
+
+    def fn(q, k):
+        return layout_j[q // bq, k // bk]
+
+    return fn
+
+
+def flex_attention(
+    q,
+    k,
+    v,
+    *,
+    causal=False,
+    mask=None,
+    segment_ids=None,
+    dropout_rate=0.0,
+    dropout_rng=None,
+    scale=None,
+    pattern=None,
+    mask_fn=None,
+    block_mask=None,
+    window=0,
+    dilation=1,
+    num_global=0,
+    num_random=0,
+    stride=0,
+    c=0,
+    seed=0,
+    block_size=64,
+    implementation="auto",
+):
+    """Attention restricted to a pattern (module docstring), registered as ``"flex"``.
+
+    Args:
+      q, k, v: ``[B, T, H, D]``, ``[B, S, H, D]``, ``[B, S, H, Dv]``.
+      causal, mask, segment_ids, dropout_rate, dropout_rng, scale: the common options.
+      pattern: a name of ``PATTERNS`` with its options, or None with ``mask_fn`` or
+        ``block_mask`` given.
+      mask_fn: ``fn(q_idx, k_idx) -> bool`` (hashable: a module-level function or a
+        ``Pattern``); block_mask: ``bool [ceil(T/bs), ceil(S/bs)]`` numpy array.
+      block_size: query and key block size of the engines (a power of two >= 16 for the
+        Pallas kernels).
+      implementation: one of ``IMPLEMENTATIONS``.
+
+    Returns:
+      ``[B, T, H, Dv]`` in the dtype of ``q``.
+    """
+    registry.check_qkv(q, k, v)
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(
+            f"flex option implementation={implementation!r} is not one of {IMPLEMENTATIONS}"
+        )
+    given = [x is not None for x in (pattern, mask_fn, block_mask)]
+    if sum(given) != 1:
+        raise ValueError("flex attention needs exactly one of pattern, mask_fn, block_mask")
+    b, t, _, d = q.shape
+    s = k.shape[1]
+    bs = int(block_size)
+    nq, nk = -(-t // bs), -(-s // bs)
+    offset = masks_lib.causal_offset(t, s)
+    if pattern == "bigbird":
+        block_mask = bigbird_block_mask(
+            nq, nk, window=window, num_global=num_global, num_random=num_random, seed=seed,
+            causal=causal,
+        )  # fmt: skip
+    elif pattern is not None:
+        mask_fn = make_pattern(
+            pattern, window=window, dilation=dilation, num_global=num_global, stride=stride, c=c
+        )
+    key = None
+    if block_mask is not None:
+        block_mask = np.asarray(block_mask, bool)
+        if block_mask.shape != (nq, nk):
+            raise ValueError(
+                f"flex block_mask must have shape [ceil(T/block_size), ceil(S/block_size)] = "
+                f"[{nq}, {nk}]; got {block_mask.shape}"
+            )
+        key = (block_mask.tobytes(), block_mask.shape)
+        elem_fn = None
+    else:
+
+        def elem_fn(q_pos, k_pos):  # the engines pass 1-D positions of a block
+            return mask_fn(q_pos[:, None], k_pos[None, :])
+
+    common = dict(causal=causal, mask=mask, segment_ids=segment_ids, scale=scale)
+    if implementation == "masked":
+        fn = mask_fn if block_mask is None else _block_mask_fn(block_mask, bs, bs)
+        pattern_TS = fn(jnp.arange(t)[:, None], jnp.arange(s)[None, :])
+        extra = masks_lib.dense_mask(b, t, s, causal=causal, mask=mask, segment_ids=segment_ids)
+        valid = pattern_TS[None, None] if extra is None else extra & pattern_TS[None, None]
+        return _masked_reference(q, k, v, valid, scale, dropout_rate, dropout_rng)
+    table, count, _ = block_table(mask_fn if key is None else None, key, t, s, bs, bs, causal,
+                                  offset)  # fmt: skip
+    engine = blockwise.blockwise_attention
+    if implementation == "pallas" or (
+        implementation == "auto" and jax.default_backend() == "gpu" and dropout_rate == 0.0
+    ):
+        engine = pallas_blocks.block_sparse_attention
+    return engine(
+        q, k, v, table=table, count=count, block_q=bs, block_k=bs, mask_fn=elem_fn,
+        dropout_rate=dropout_rate, dropout_rng=dropout_rng, **common,
+    )  # fmt: skip
+
+
+def _masked_reference(q, k, v, valid_BHTS, scale, dropout_rate, dropout_rng):
+    """Dense attention with a full boolean mask (the ground truth of every pattern)."""
+    d = q.shape[-1]
+    scale = scale if scale is not None else 1.0 / np.sqrt(d)
+    logits = jnp.einsum("bthd,bshd->bhts", q, k, preferred_element_type=jnp.float32) * scale
+    probs = dense._softmax_masked(logits, valid_BHTS)
+    if dropout_rate > 0.0:
+        if dropout_rng is None:
+            raise ValueError("dropout_rate > 0 needs a dropout_rng")
+        keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, probs.shape)
+        probs = probs * keep / (1.0 - dropout_rate)
+    out = jnp.einsum(
+        "bhts,bshd->bthd", probs.astype(v.dtype), v, preferred_element_type=jnp.float32
+    )
+    return out.astype(q.dtype)
+
+
+def _validate(options: dict, seq_len: int) -> None:
+    """Config-time check of the options (called before anything compiles)."""
+    impl = options.get("implementation", "auto")
+    if impl not in IMPLEMENTATIONS:
+        raise ValueError(f"flex option implementation={impl!r} is not one of {IMPLEMENTATIONS}")
+    pattern = options.get("pattern")
+    if pattern is None and options.get("mask_fn") is None and options.get("block_mask") is None:
+        raise ValueError(f"flex needs option pattern (one of {', '.join(PATTERNS)})")
+    if pattern is not None and pattern != "bigbird":
+        keys = ("window", "dilation", "num_global", "stride", "c")
+        make_pattern(pattern, **{k: options[k] for k in keys if k in options})
+    elif pattern == "bigbird":
+        for name in ("window", "num_global", "num_random"):
+            v = options.get(name, 0)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+                raise ValueError(f"flex pattern 'bigbird' option {name} must be >= 0; got {v!r}")
+    bs = options.get("block_size", 64)
+    if isinstance(bs, bool) or not isinstance(bs, (int, np.integer)) or bs < 1:
+        raise ValueError(f"flex option block_size must be a positive integer; got {bs!r}")
+
+
+registry.register(
+    registry.Mechanism(
+        name="flex",
+        fn=flex_attention,
+        options=OPTIONS,
+        validate=_validate,
+        doc="any pattern: mask function or block mask on the block-sparse engines "
+        "(sliding_window, dilated, global_tokens, bigbird, strided, fixed)",
+    )
+)

@@ -1,0 +1,387 @@
+"""Pallas kernels for exact block-sparse attention over a static block table.
+
+The same contract as the plain-JAX engine ``seqjax.attention.blockwise.blockwise_attention``
+(one key-block table, an element mask evaluated inside visited blocks, the log-sum-exp as a
+differentiable second output), written as three Pallas kernels:
+
+* forward: grid ``(nq, B, H)``; query block i loops over the ``count[i]`` key blocks of its
+  table row with the online softmax (Dao et al. 2022, Alg. 1; statistics in float32) and
+  writes ``out`` and ``lse``;
+* backward ``dK, dV``: grid ``(nk, B, H)``; key block j loops over the query blocks that use
+  it (the transposed table) and accumulates ``dV = P^T dO`` and ``dK = dS^T Q``
+  (Dao 2023, Alg. 2, with ``dS = P * (dP - delta)``);
+* backward ``dQ``: grid ``(nq, B, H)``; query block i loops over its table row again and
+  accumulates ``dQ = dS K`` (a separate kernel, so no atomics are needed).
+
+Only the listed (query block, key block) pairs are ever loaded or multiplied, so the cost is
+proportional to the number of table entries: this is what makes a Sparse Transformer
+pattern cheaper than dense attention on an accelerator.
+
+On GPUs the kernels lower through Triton; everywhere else (and in CI) they run in Pallas
+interpret mode (``interpret=True``), which executes the same kernel body with ``jax.numpy``.
+Attention dropout is not supported here (callers fall back to the plain-JAX engine).
+
+Legend: B batch, T query length, S key length, H heads, D head dim, bq/bk block sizes,
+nq/nk query/key blocks, W table width.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+
+from seqjax.attention import blockwise
+from seqjax.attention import masks as masks_lib
+
+# Masked logits get this finite value, so that a block with no visible key never produces
+# inf - inf; probabilities of masked entries are zeroed explicitly.
+_NEG = -1e30
+
+
+def default_interpret() -> bool:
+    """Interpret mode everywhere but on a GPU (where the kernels lower through Triton)."""
+    return jax.default_backend() != "gpu"
+
+
+def supported(q, k, v, *, block_q: int, block_k: int, table, dropout_rate=0.0) -> str | None:
+    """Why the kernels cannot run these inputs (None when they can).
+
+    Triton needs power-of-two tiles of at least 16 rows and a head dim that is a power of two.
+    """
+    if dropout_rate > 0.0:
+        return "attention dropout is not implemented in the Pallas kernels"
+    d, dv = q.shape[-1], v.shape[-1]
+    for name, x in (("head dim", d), ("value head dim", dv)):
+        if x < 16 or x & (x - 1):
+            return f"{name} {x} is not a power of two >= 16"
+    single = table.shape == (1, 1)
+    for name, x in (("block_q", block_q), ("block_k", block_k)):
+        if not single and (x < 16 or x & (x - 1)):
+            return f"{name} {x} is not a power of two >= 16"
+    return None
+
+
+def _pow2_at_least_16(n: int) -> int:
+    return max(16, 1 << (int(n) - 1).bit_length())
+
+
+def _element_mask(i, j, *, bq, bk, t, s, causal, offset, mask_fn, km_ref, qs_ref, ks_ref):
+    """bool ``[bq, bk]`` mask of block (i, j) inside a kernel."""
+    q_pos = i * bq + jnp.arange(bq, dtype=jnp.int32)
+    k_pos = j * bk + jnp.arange(bk, dtype=jnp.int32)
+    valid = (q_pos[:, None] < t) & (k_pos[None, :] < s)
+    if causal:
+        valid = valid & (k_pos[None, :] <= q_pos[:, None] + offset)
+    if mask_fn is not None:
+        extra = mask_fn(q_pos, k_pos)
+        valid = valid & (extra.reshape(extra.shape[-2:]) if extra.ndim > 2 else extra)
+    if km_ref is not None:
+        valid = valid & (km_ref[pl.ds(j * bk, bk)] != 0)[None, :]
+    if qs_ref is not None:
+        sq = qs_ref[pl.ds(i * bq, bq)]
+        sk = ks_ref[pl.ds(j * bk, bk)]
+        valid = valid & (sq[:, None] == sk[None, :])
+    return valid
+
+
+def _dot(a, b, *, trans_a=False, trans_b=False):
+    precision = jax.lax.Precision.HIGHEST if a.dtype == jnp.float32 else None
+    return plgpu.dot(a, b, trans_a=trans_a, trans_b=trans_b, precision=precision)
+
+
+def _fwd_kernel(table_ref, count_ref, q_ref, k_ref, v_ref, *refs, cfg):
+    (km_ref, qs_ref, ks_ref), (o_ref, lse_ref) = cfg["aux"](refs)
+    i = pl.program_id(0)
+    bq, bk, w = cfg["bq"], cfg["bk"], cfg["w"]
+    q = q_ref[...]
+    dv = v_ref.shape[-1]
+
+    def body(n, carry):
+        m, l, acc = carry
+        j = table_ref[i * w + n]
+        k = k_ref[pl.ds(j * bk, bk), :]
+        v = v_ref[pl.ds(j * bk, bk), :]
+        s_ = _dot(q, k, trans_b=True) * cfg["scale"]
+        valid = cfg["mask"](i, j, km_ref=km_ref, qs_ref=qs_ref, ks_ref=ks_ref)
+        s_ = jnp.where(valid, s_, _NEG)
+        m_new = jnp.maximum(m, s_.max(axis=-1))
+        p = jnp.where(valid, jnp.exp(s_ - m_new[:, None]), 0.0)
+        corr = jnp.exp(m - m_new)
+        l = l * corr + p.sum(axis=-1)
+        acc = acc * corr[:, None] + _dot(p.astype(v.dtype), v)
+        return m_new, l, acc
+
+    init = (
+        jnp.full((bq,), _NEG, jnp.float32),
+        jnp.zeros((bq,), jnp.float32),
+        jnp.zeros((bq, dv), jnp.float32),
+    )
+    m, l, acc = jax.lax.fori_loop(0, count_ref[i], body, init)
+    empty = l == 0.0
+    l_safe = jnp.where(empty, 1.0, l)
+    o_ref[...] = (acc / l_safe[:, None]).astype(o_ref.dtype)
+    lse_ref[...] = jnp.where(empty, -jnp.inf, m + jnp.log(l_safe))
+
+
+def _dkdv_kernel(t_table_ref, t_count_ref, q_ref, k_ref, v_ref, g_ref, lse_ref, dl_ref, *refs, cfg):
+    (km_ref, qs_ref, ks_ref), (dk_ref, dv_ref) = cfg["aux"](refs)
+    j = pl.program_id(0)
+    bq, w = cfg["bq"], cfg["tw"]
+    k = k_ref[...]
+    v = v_ref[...]
+
+    def body(n, carry):
+        dk, dv = carry
+        i = t_table_ref[j * w + n]
+        q = q_ref[pl.ds(i * bq, bq), :]
+        g = g_ref[pl.ds(i * bq, bq), :]
+        lse = lse_ref[pl.ds(i * bq, bq)]
+        delta = dl_ref[pl.ds(i * bq, bq)]
+        s_ = _dot(q, k, trans_b=True) * cfg["scale"]
+        valid = cfg["mask"](i, j, km_ref=km_ref, qs_ref=qs_ref, ks_ref=ks_ref)
+        p = jnp.where(valid, jnp.exp(s_ - lse[:, None]), 0.0)
+        dv = dv + _dot(p.astype(g.dtype), g, trans_a=True)
+        dp = _dot(g, v, trans_b=True)
+        ds = (p * (dp - delta[:, None]) * cfg["scale"]).astype(q.dtype)
+        dk = dk + _dot(ds, q, trans_a=True)
+        return dk, dv
+
+    init = (jnp.zeros(k.shape, jnp.float32), jnp.zeros(v.shape, jnp.float32))
+    dk, dv = jax.lax.fori_loop(0, t_count_ref[j], body, init)
+    dk_ref[...] = dk.astype(dk_ref.dtype)
+    dv_ref[...] = dv.astype(dv_ref.dtype)
+
+
+def _dq_kernel(table_ref, count_ref, q_ref, k_ref, v_ref, g_ref, lse_ref, dl_ref, *refs, cfg):
+    (km_ref, qs_ref, ks_ref), (dq_ref,) = cfg["aux"](refs)
+    i = pl.program_id(0)
+    bk, w = cfg["bk"], cfg["w"]
+    q, g = q_ref[...], g_ref[...]
+    lse, delta = lse_ref[...], dl_ref[...]
+
+    def body(n, dq):
+        j = table_ref[i * w + n]
+        k = k_ref[pl.ds(j * bk, bk), :]
+        v = v_ref[pl.ds(j * bk, bk), :]
+        s_ = _dot(q, k, trans_b=True) * cfg["scale"]
+        valid = cfg["mask"](i, j, km_ref=km_ref, qs_ref=qs_ref, ks_ref=ks_ref)
+        p = jnp.where(valid, jnp.exp(s_ - lse[:, None]), 0.0)
+        dp = _dot(g, v, trans_b=True)
+        ds = (p * (dp - delta[:, None]) * cfg["scale"]).astype(k.dtype)
+        return dq + _dot(ds, k)
+
+    dq = jax.lax.fori_loop(0, count_ref[i], body, jnp.zeros(q.shape, jnp.float32))
+    dq_ref[...] = dq.astype(dq_ref.dtype)
+
+
+def _flat_table(table: np.ndarray) -> jax.Array:
+    """Row-major flat table, zero-padded to a power of two (Triton block shapes)."""
+    flat = np.ascontiguousarray(table, np.int32).reshape(-1)
+    return jnp.asarray(np.pad(flat, (0, _pow2_at_least_16(flat.size) - flat.size)))
+
+
+def _counts(count: np.ndarray) -> jax.Array:
+    count = np.asarray(count, np.int32)
+    return jnp.asarray(np.pad(count, (0, _pow2_at_least_16(count.size) - count.size)))
+
+
+def block_sparse_attention(
+    q,
+    k,
+    v,
+    *,
+    table: np.ndarray,
+    count: np.ndarray,
+    block_q: int,
+    block_k: int,
+    causal: bool = False,
+    mask=None,
+    segment_ids=None,
+    mask_fn: blockwise.MaskFn | None = None,
+    scale: float | None = None,
+    dropout_rate: float = 0.0,
+    dropout_rng=None,
+    return_lse: bool = False,
+    interpret: bool | None = None,
+    num_warps: int | None = None,
+    num_stages: int = 2,
+):
+    """Exact attention restricted to the key blocks of ``table``, as Pallas kernels.
+
+    Arguments and results are those of ``blockwise.blockwise_attention`` (the plain-JAX
+    engine it is tested against), plus the kernel settings:
+
+    Args:
+      interpret: run the kernels in Pallas interpret mode (default: everywhere but on GPU).
+      num_warps, num_stages: Triton launch settings on GPU.
+
+    Raises:
+      ValueError: for inputs the kernels do not support (see ``supported``).
+    """
+    b, t, h, d = q.shape
+    s = k.shape[1]
+    if table.shape == (1, 1) and (block_q & (block_q - 1) or block_q < 16):
+        # One dense block (e.g. the Sparse Transformer's column part): any tile size works,
+        # so round it up to a power of two; positions past t / s are masked.
+        block_q = block_k = _pow2_at_least_16(max(block_q, block_k))
+    why = supported(q, k, v, block_q=block_q, block_k=block_k, table=table,
+                    dropout_rate=dropout_rate)  # fmt: skip
+    if why is not None:
+        raise ValueError(f"Pallas block-sparse attention: {why}")
+    del dropout_rng
+    interpret = default_interpret() if interpret is None else interpret
+    bq, bk = block_q, block_k
+    nq, nk = -(-t // bq), -(-s // bk)
+    if table.shape[0] != nq:
+        raise ValueError(f"block table has {table.shape[0]} rows, expected {nq}")
+    scale = float(scale if scale is not None else 1.0 / np.sqrt(d))
+    key_mask = masks_lib.check_key_mask(mask, b, s)
+    q_seg, kv_seg = masks_lib.split_segment_ids(segment_ids, t, s)
+    t_table, t_count = blockwise.transpose_table(table, count, nk)
+
+    pad = blockwise._pad_to
+    qp, kp, vp = pad(q, nq * bq), pad(k, nk * bk), pad(v, nk * bk)
+    aux_arrays, has_km, has_seg = [], key_mask is not None, q_seg is not None
+    if has_km:
+        km = jnp.broadcast_to(key_mask, (b, s)).astype(jnp.int32)
+        aux_arrays.append(pad(km, nk * bk))
+    if has_seg:
+        aux_arrays += [
+            pad(q_seg.astype(jnp.int32), nq * bq),
+            pad(kv_seg.astype(jnp.int32), nk * bk),
+        ]
+
+    def aux(refs):
+        rest = list(refs)
+        km_ref = rest.pop(0) if has_km else None
+        qs_ref, ks_ref = (rest.pop(0), rest.pop(0)) if has_seg else (None, None)
+        return (km_ref, qs_ref, ks_ref), tuple(rest)
+
+    mask_block = functools.partial(
+        _element_mask,
+        bq=bq,
+        bk=bk,
+        t=t,
+        s=s,
+        causal=causal,
+        offset=masks_lib.causal_offset(t, s),
+        mask_fn=mask_fn,
+    )
+    cfg = dict(bq=bq, bk=bk, w=table.shape[1], tw=t_table.shape[1], scale=scale, aux=aux,
+               mask=mask_block)  # fmt: skip
+    params = None
+    if not interpret:
+        warps = num_warps or (4 if max(d, bq, bk) <= 64 else 8)
+        params = plgpu.CompilerParams(num_warps=warps, num_stages=num_stages)
+    call = functools.partial(pl.pallas_call, interpret=interpret, compiler_params=params)
+
+    def full(x):  # the whole (small) array in every program
+        return pl.BlockSpec(x.shape, lambda *_: (0,) * x.ndim)
+
+    def rows(size, dim):  # [B, N, H, dim] -> one (b, h) slab of ``size`` rows at block r
+        return pl.BlockSpec((None, size, None, dim), lambda r, bi, hi: (bi, r, hi, 0))
+
+    def seq(size, dim):  # [B, N, H, dim] -> the whole sequence of (b, h)
+        return pl.BlockSpec((None, size, None, dim), lambda r, bi, hi: (bi, 0, hi, 0))
+
+    def stat(size):  # [B, H, N] -> a block of ``size`` rows of (b, h) at block r
+        return pl.BlockSpec((None, None, size), lambda r, bi, hi: (bi, hi, r))
+
+    def stat_all(size):
+        return pl.BlockSpec((None, None, size), lambda r, bi, hi: (bi, hi, 0))
+
+    def aux_specs():
+        specs = []
+        if has_km:
+            specs.append(pl.BlockSpec((None, nk * bk), lambda r, bi, hi: (bi, 0)))
+        if has_seg:
+            specs.append(pl.BlockSpec((None, nq * bq), lambda r, bi, hi: (bi, 0)))
+            specs.append(pl.BlockSpec((None, nk * bk), lambda r, bi, hi: (bi, 0)))
+        return specs
+
+    tab, cnt = _flat_table(table), _counts(count)
+    ttab, tcnt = _flat_table(t_table), _counts(t_count)
+    dv_dim = v.shape[-1]
+
+    def forward(qp, kp, vp, aux_in):
+        out, lse = call(
+            functools.partial(_fwd_kernel, cfg=cfg),
+            grid=(nq, b, h),
+            in_specs=[full(tab), full(cnt), rows(bq, d), seq(nk * bk, d), seq(nk * bk, dv_dim)]
+            + aux_specs(),
+            out_specs=[rows(bq, dv_dim), stat(bq)],
+            out_shape=[
+                jax.ShapeDtypeStruct((b, nq * bq, h, dv_dim), q.dtype),
+                jax.ShapeDtypeStruct((b, h, nq * bq), jnp.float32),
+            ],
+            name="seqjax_block_sparse_fwd",
+        )(tab, cnt, qp, kp, vp, *aux_in)
+        return out, lse
+
+    def backward(res, cotangents):
+        qp, kp, vp, aux_in, out, lse = res
+        g, g_lse = cotangents
+        g = g.astype(qp.dtype)
+        delta = jnp.einsum("bqhd,bqhd->bhq", g.astype(jnp.float32), out.astype(jnp.float32))
+        delta = delta - jnp.where(jnp.isfinite(lse), g_lse, 0.0)
+        lse_safe = jnp.where(jnp.isfinite(lse), lse, 0.0)
+        dk, dv = call(
+            functools.partial(_dkdv_kernel, cfg=cfg),
+            grid=(nk, b, h),
+            in_specs=[
+                full(ttab),
+                full(tcnt),
+                seq(nq * bq, d),
+                rows(bk, d),
+                rows(bk, dv_dim),
+                seq(nq * bq, dv_dim),
+                stat_all(nq * bq),
+                stat_all(nq * bq),
+            ]
+            + aux_specs(),
+            out_specs=[rows(bk, d), rows(bk, dv_dim)],
+            out_shape=[
+                jax.ShapeDtypeStruct(kp.shape, kp.dtype),
+                jax.ShapeDtypeStruct(vp.shape, vp.dtype),
+            ],
+            name="seqjax_block_sparse_dkdv",
+        )(ttab, tcnt, qp, kp, vp, g, lse_safe, delta, *aux_in)
+        (dq,) = call(
+            functools.partial(_dq_kernel, cfg=cfg),
+            grid=(nq, b, h),
+            in_specs=[
+                full(tab),
+                full(cnt),
+                rows(bq, d),
+                seq(nk * bk, d),
+                seq(nk * bk, dv_dim),
+                rows(bq, dv_dim),
+                stat(bq),
+                stat(bq),
+            ]
+            + aux_specs(),
+            out_specs=[rows(bq, d)],
+            out_shape=[jax.ShapeDtypeStruct(qp.shape, qp.dtype)],
+            name="seqjax_block_sparse_dq",
+        )(tab, cnt, qp, kp, vp, g, lse_safe, delta, *aux_in)
+        return dq, dk, dv, tuple(None for _ in aux_in)
+
+    @jax.custom_vjp
+    def attend(qp, kp, vp, aux_in):
+        return forward(qp, kp, vp, aux_in)
+
+    def attend_fwd(qp, kp, vp, aux_in):
+        out, lse = forward(qp, kp, vp, aux_in)
+        return (out, lse), (qp, kp, vp, aux_in, out, lse)
+
+    attend.defvjp(attend_fwd, backward)
+    out, lse_BHT = attend(qp, kp, vp, tuple(aux_arrays))
+    out = out[:, :t]
+    if not return_lse:
+        return out
+    return out, lse_BHT[:, :, :t]

@@ -1,0 +1,125 @@
+"""Any pattern ("flex"): the block table visits exactly the needed blocks, and both engines
+equal dense attention with the pattern as a mask, in values and gradients."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from seqjax import attention
+from seqjax.attention import flex
+
+FLEX = attention.get("flex")
+
+
+def _inputs(b, t, h, d, seed=0):
+    ks = jax.random.split(jax.random.PRNGKey(seed), 4)
+    return [jax.random.normal(kk, (b, t, h, d), jnp.float32) for kk in ks]
+
+
+def _vg(fn, q, k, v, ct):
+    def loss(q, k, v):
+        return jnp.vdot(fn(q, k, v), ct)
+
+    return jax.value_and_grad(loss, argnums=(0, 1, 2))(q, k, v)
+
+
+def _close(a, b, tol=2e-5):
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=tol, rtol=tol)
+
+
+PATTERN_CASES = [
+    dict(pattern="sliding_window", window=9),
+    dict(pattern="dilated", window=4, dilation=3),
+    dict(pattern="global_tokens", window=5, num_global=3),
+    dict(pattern="bigbird", window=1, num_global=1, num_random=1, seed=3),
+]
+
+
+@pytest.mark.parametrize("options", PATTERN_CASES, ids=lambda o: o["pattern"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_blocksparse_engine_equals_masked(options, causal):
+    b, t, h, d = 2, 72, 2, 8  # 72: the last block is partial
+    q, k, v, ct = _inputs(b, t, h, d)
+    mask = jnp.arange(t)[None, :] < jnp.array([[t], [t - 7]])
+
+    def run(impl):
+        return _vg(
+            lambda q, k, v: FLEX(
+                q, k, v, causal=causal, mask=mask, implementation=impl, block_size=16, **options
+            ),
+            q,
+            k,
+            v,
+            ct,
+        )
+
+    _close(run("blocksparse"), run("masked"))
+
+
+def test_pallas_engine_equals_masked():
+    q, k, v, ct = _inputs(1, 64, 2, 16, seed=1)
+    options = dict(pattern="sliding_window", window=7, block_size=16, causal=True)
+
+    def run(impl):
+        return _vg(lambda q, k, v: FLEX(q, k, v, implementation=impl, **options), q, k, v, ct)
+
+    _close(run("pallas"), run("masked"))
+
+
+def test_table_visits_only_blocks_with_a_visible_pair():
+    """A sliding window of 16 at T = 1024, blocks of 64: each query block sees <= 3 blocks."""
+    pattern = flex.make_pattern("sliding_window", window=16)
+    table, count, pairs = flex.block_table(pattern, None, 1024, 1024, 64, 64, False, 0)
+    assert count.max() == 3 and count.min() == 2
+    assert pairs == 3 * 16 - 2  # vs 256 pairs for dense
+    for i in range(16):
+        assert set(table[i, : count[i]]) == {j for j in (i - 1, i, i + 1) if 0 <= j < 16}
+    _, causal_count, _ = flex.block_table(pattern, None, 1024, 1024, 64, 64, True, 0)
+    assert causal_count[0] == 1 and causal_count[1:].tolist() == [2] * 15
+
+
+@pytest.mark.parametrize(
+    "kind,options", [("strided", dict(stride=8)), ("fixed", dict(stride=8, c=2))]
+)
+def test_sparse_transformer_patterns_are_instances(kind, options):
+    """flex(pattern=strided|fixed) == sparse_strided|sparse_fixed (Child et al. 2019)."""
+    q, k, v, ct = _inputs(1, 64, 2, 8, seed=2)
+    sparse = attention.get(f"sparse_{kind}")
+    for causal in (True, False):
+        want = sparse(q, k, v, causal=causal, implementation="masked", **options)
+        got = FLEX(q, k, v, causal=causal, pattern=kind, block_size=16, **options)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-5)
+
+
+def test_user_mask_function_and_block_mask():
+    q, k, v, _ = _inputs(1, 48, 1, 8, seed=4)
+
+    def every_other_key(qi, ki):
+        return (ki % 2 == 0) | (qi == ki)
+
+    got = FLEX(q, k, v, mask_fn=every_other_key, block_size=16)
+    want = FLEX(q, k, v, mask_fn=every_other_key, block_size=16, implementation="masked")
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-5)
+    layout = np.eye(3, dtype=bool)
+    got = FLEX(q, k, v, block_mask=layout, block_size=16)
+    blocks = [attention.get("dense")(q[:, i : i + 16], k[:, i : i + 16], v[:, i : i + 16])
+              for i in (0, 16, 32)]  # fmt: skip
+    np.testing.assert_allclose(np.asarray(got), np.asarray(jnp.concatenate(blocks, 1)), atol=2e-5)
+
+
+@pytest.mark.parametrize(
+    "options,match",
+    [
+        (dict(pattern="wavy"), "valid: sliding_window"),
+        (dict(pattern="sliding_window", window=0), "window >= 1"),
+        (dict(pattern="fixed", stride=4, c=9), "c <= stride"),
+        (dict(pattern="sliding_window", window=2, implementation="magic"), "implementation"),
+        (dict(), "exactly one of pattern"),
+    ],
+)
+def test_bad_options_name_the_option(options, match):
+    q, k, v, _ = _inputs(1, 32, 1, 8)
+    with pytest.raises(ValueError, match=match):
+        FLEX(q, k, v, block_size=16, **options)
