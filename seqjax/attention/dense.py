@@ -14,9 +14,10 @@ Implementations (option ``implementation``), all exact and mask-identical:
   * ``"pallas"``: the block-table kernels of ``seqjax.attention.pallas_blocks`` (Triton on
     GPU, interpret mode elsewhere) over the dense (or causal lower-triangle) table; the
     portable fused kernel where cuDNN does not apply (float32, head dims cuDNN rejects).
-  * ``"auto"`` (default): cuDNN on a GPU when the shapes, dtype and options allow it (the
-    reason is logged once when they do not), otherwise ``reference`` for short sequences
-    and ``chunked`` for long ones.
+  * ``"splash"``: TPU splash attention (``seqjax.attention.splash``; interpret mode off TPU).
+  * ``"auto"`` (default): splash on a TPU (``chunked`` with dropout); cuDNN on a GPU when
+    the shapes, dtype and options allow it (the reason is logged once when they do not),
+    otherwise ``reference`` for short sequences and ``chunked`` for long ones.
 
 Legend: B batch, T query length, S key length, H heads, D head dim.
 """
@@ -30,12 +31,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax.attention import blockwise, pallas_blocks, registry
+from seqjax.attention import blockwise, pallas_blocks, registry, splash
 from seqjax.attention import masks as masks_lib
 
 log = logging.getLogger(__name__)
 
-IMPLEMENTATIONS = ("auto", "reference", "chunked", "cudnn", "pallas")
+IMPLEMENTATIONS = ("auto", "reference", "chunked", "cudnn", "pallas", "splash")
 # Above this many logits per (batch, head), "auto" on CPU/TPU switches to "chunked".
 AUTO_CHUNK_THRESHOLD = 2048 * 2048
 
@@ -200,6 +201,9 @@ def dense_attention(q, k, v, *, implementation="auto", block_q=512, block_k=512,
         raise ValueError(
             f"unknown dense implementation {implementation!r}; valid: {', '.join(IMPLEMENTATIONS)}"
         )
+    if implementation == "auto" and jax.default_backend() == "tpu":
+        no_drop = kwargs.get("dropout_rate", 0.0) == 0.0
+        implementation = "splash" if no_drop else "chunked"
     if implementation == "auto":
         why = cudnn_unsupported(q, k, v, kwargs.get("dropout_rate", 0.0)) if _on_gpu() else ""
         if why is None:
@@ -214,6 +218,9 @@ def dense_attention(q, k, v, *, implementation="auto", block_q=512, block_k=512,
         return reference_attention(q, k, v, **kwargs)
     if implementation == "chunked":
         return chunked_attention(q, k, v, block_q=block_q, block_k=block_k, **kwargs)
+    if implementation == "splash":
+        kwargs.pop("dropout_rng", None)
+        return splash.splash_attention(q, k, v, **kwargs)
     if implementation == "pallas":
         return pallas_attention(q, k, v, block_q=block_q, block_k=block_k, **kwargs)
     return cudnn_attention(q, k, v, **kwargs)

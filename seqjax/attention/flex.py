@@ -12,8 +12,10 @@ A pattern is given either as
 seqjax derives the key-block table (``table int32 [nq, W]``, ``count int32 [nq]``) once per
 (pattern, lengths, block sizes) and runs it with the same engines as the Sparse Transformer:
 the plain-JAX ``blockwise`` engine or the Pallas kernels of ``pallas_blocks``; only the
-listed block pairs are computed, forward and backward. ``implementation="masked"`` is the
-dense ground truth with the pattern as a ``[T, S]`` mask.
+listed block pairs are computed, forward and backward. On TPUs the pattern goes to splash
+attention instead (``seqjax.attention.splash``). ``implementation`` = ``auto`` (splash on
+TPU, Pallas on GPU, plain JAX elsewhere or with dropout), ``blocksparse``, ``pallas``,
+``splash`` or ``masked`` (the dense ground truth with the pattern as a ``[T, S]`` mask).
 
 Named patterns (``pattern=...`` in a model config): ``sliding_window`` (``window``),
 ``dilated`` (``window``, ``dilation``), ``global_tokens`` (``num_global`` plus a sliding
@@ -36,10 +38,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax.attention import blockwise, dense, pallas_blocks, registry
+from seqjax.attention import blockwise, dense, pallas_blocks, registry, splash
 from seqjax.attention import masks as masks_lib
 
-IMPLEMENTATIONS = ("auto", "blocksparse", "pallas", "masked")
+IMPLEMENTATIONS = ("auto", "blocksparse", "pallas", "splash", "masked")
 PATTERNS = ("sliding_window", "dilated", "global_tokens", "bigbird", "strided", "fixed")
 OPTIONS = (
     "pattern",
@@ -249,11 +251,22 @@ def flex_attention(
         extra = masks_lib.dense_mask(b, t, s, causal=causal, mask=mask, segment_ids=segment_ids)
         valid = pattern_TS[None, None] if extra is None else extra & pattern_TS[None, None]
         return _masked_reference(q, k, v, valid, scale, dropout_rate, dropout_rng)
+    backend = jax.default_backend()
+    if implementation == "splash" or (
+        implementation == "auto" and backend == "tpu" and dropout_rate == 0.0 and key is None
+    ):
+        if key is not None:
+            raise ValueError(
+                "flex implementation 'splash' takes a pattern or mask_fn, not a block_mask"
+            )
+        return splash.splash_attention(
+            q, k, v, head_fns=mask_fn, dropout_rate=dropout_rate, **common
+        )
     table, count, _ = block_table(mask_fn if key is None else None, key, t, s, bs, bs, causal,
                                   offset)  # fmt: skip
     engine = blockwise.blockwise_attention
     if implementation == "pallas" or (
-        implementation == "auto" and jax.default_backend() == "gpu" and dropout_rate == 0.0
+        implementation == "auto" and backend == "gpu" and dropout_rate == 0.0
     ):
         engine = pallas_blocks.block_sparse_attention
     return engine(

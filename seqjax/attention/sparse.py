@@ -16,12 +16,14 @@ Options:
   * ``distinct_summaries`` (``sparse_fixed`` only): head h uses the summary sub-block
     ``h mod (l / c)`` counted back from the end of each block, instead of all heads sharing
     the last c cells (§4.3: distinct sub-blocks per head were preferable).
-  * ``implementation``: ``"auto"`` (default: ``"pallas"`` on a GPU without dropout, else
-    ``"blocksparse"``), ``"blocksparse"`` (computes only the blocks the pattern
-    needs, forward and backward, O(T sqrt(T)) for l ≈ sqrt(T); see ``sparse_blocks``),
+  * ``implementation``: ``"auto"`` (default: ``"pallas"`` on a GPU and ``"splash"`` on a
+    TPU when there is no dropout, else ``"blocksparse"``), ``"blocksparse"`` (computes
+    only the blocks the pattern needs, forward and backward, O(T sqrt(T)) for
+    l ≈ sqrt(T); see ``sparse_blocks``),
     ``"pallas"`` (the same block tables run by the Pallas kernels of ``pallas_blocks``:
     Triton on GPU, interpret mode elsewhere; parts with tiles Triton cannot take, and
-    dropout, fall back to the plain-JAX engine, logged) or
+    dropout, fall back to the plain-JAX engine, logged), ``"splash"`` (TPU splash attention
+    with the per-head patterns as lazy masks; see ``seqjax.attention.splash``) or
     ``"masked"`` (dense attention with the pattern as a ``[H, T, T]`` mask, the ground truth
     for tests, O(T^2)).
   * ``causal`` (the common option): the paper's decoder patterns; False gives the
@@ -42,12 +44,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from seqjax.attention import masks as masks_lib
-from seqjax.attention import registry
+from seqjax.attention import registry, splash
 from seqjax.attention import sparse_blocks as blocks
 from seqjax.attention import sparse_patterns as patterns
 from seqjax.attention.sparse_patterns import head_patterns, pattern  # noqa: F401 (public API)
 
-IMPLEMENTATIONS = ("auto", "blocksparse", "pallas", "masked")
+IMPLEMENTATIONS = ("auto", "blocksparse", "pallas", "splash", "masked")
 HEAD_MODES = ("merged", "split")
 OPTIONS = ("stride", "c", "block_size", "head_mode", "distinct_summaries", "implementation")
 # Engine block for the gathered summary keys (fixed A2): large enough to amortise the loop,
@@ -303,9 +305,21 @@ def sparse_attention(
         raise ValueError("dropout_rate > 0 needs a dropout_rng")
     scale = float(scale if scale is not None else 1.0 / np.sqrt(d))
     if opts["implementation"] == "auto":
-        # The Pallas kernels on GPU (Triton); the plain-JAX engine elsewhere and for dropout.
-        on_gpu = jax.default_backend() == "gpu"
-        opts["implementation"] = "pallas" if on_gpu and dropout_rate == 0.0 else "blocksparse"
+        # Splash on TPU, the Pallas kernels on GPU; the plain-JAX engine elsewhere and for
+        # dropout.
+        kernel = {"gpu": "pallas", "tpu": "splash"}.get(jax.default_backend())
+        opts["implementation"] = kernel if kernel and dropout_rate == 0.0 else "blocksparse"
+    if opts["implementation"] == "splash":
+        layout = patterns.head_layout(
+            kind, h, opts["stride"], opts["c"], head_mode=opts["head_mode"],
+            distinct_summaries=opts["distinct_summaries"],
+        )  # fmt: skip
+        fns = [splash.SparseHeadMask(parts, opts["stride"], opts["c"], causal, sub)
+               for parts, sub in layout]  # fmt: skip
+        return splash.splash_attention(
+            q, k, v, head_fns=fns, causal=causal, mask=mask, segment_ids=segment_ids,
+            scale=scale, dropout_rate=dropout_rate,
+        )  # fmt: skip
     fn = masked_attention if opts["implementation"] == "masked" else blocksparse_attention
     return fn(
         q,

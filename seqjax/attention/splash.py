@@ -1,0 +1,213 @@
+"""TPU kernels: splash attention (``jax.experimental.pallas.ops.tpu.splash_attention``)
+running any seqjax pattern, forward and backward.
+
+Splash attention is the maintained block-sparse FlashAttention of the JAX team for TPUs: it
+takes a per-head mask, derives which (query block, key block) tiles hold any visible pair,
+and skips the rest in the forward and both backward kernels. seqjax hands it
+
+* ``dense``/``causal``: a full or (bottom-right) causal mask;
+* ``sparse_strided``/``sparse_fixed``: the per-head patterns of Child et al. 2019 §4.2-4.3
+  (``sparse_patterns.head_layout``, so ``head_mode="split"`` and distinct summary blocks
+  are per-head masks);
+* ``flex``: any ``Pattern``/mask function.
+
+Masks are lazy (a mask function evaluated on index tiles, never a ``T x T`` array in HBM).
+Key padding and packed segments go through splash's segment ids: a padded key gets
+segment -1, which no query has. Sequences are padded to a multiple of the 128-row tile.
+Rows with no visible key are set to zero afterwards (seqjax's convention) when the
+pattern alone can leave a row empty; rows emptied by key padding are zeroed through the
+segment check below.
+
+Off TPU (tests, CI) the kernels run in Pallas interpret mode. Attention dropout is not
+supported (callers fall back to the plain-JAX engines).
+
+Legend: B batch, T query length, S key length, H heads, D head dim.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
+from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
+
+from seqjax.attention import sparse_patterns as patterns
+
+TILE = 128
+
+
+@dataclasses.dataclass(frozen=True)
+class SparseHeadMask:
+    """One head's Sparse Transformer pattern (union of ``parts``) as a mask function."""
+
+    parts: tuple
+    stride: int
+    c: int | None
+    causal: bool
+    summary_block: int = 0
+
+    def __call__(self, q, k):
+        xp = np if isinstance(q, np.ndarray) and isinstance(k, np.ndarray) else jnp
+        m = None
+        for part in self.parts:
+            p = patterns.pattern_from_positions(
+                xp, part, q, k, self.stride, c=self.c, causal=self.causal,
+                summary_block=self.summary_block,
+            )  # fmt: skip
+            m = p if m is None else m | p
+        return m
+
+
+def default_interpret() -> bool:
+    return jax.default_backend() != "tpu"
+
+
+class _FnMask(sm._ComputableMask):
+    """A lazy ``[T, S]`` mask from ``fn(q_idx, k_idx)`` plus bottom-right causality."""
+
+    def __init__(self, shape, fn: Callable | None, causal: bool, offset: int, valid_len):
+        t, s = valid_len
+
+        def mask_function(q, k):
+            m = (q < t) & (k < s)
+            if causal:
+                m = m & (k <= q + offset)
+            if fn is not None:
+                m = m & fn(q, k)
+            return m
+
+        super().__init__(shape, mask_function)
+        self._key = (shape, fn, causal, offset, valid_len)
+
+    def __eq__(self, other):
+        return isinstance(other, _FnMask) and self._key == other._key
+
+    def __hash__(self):
+        return hash(self._key)
+
+
+@functools.lru_cache(maxsize=32)
+def _kernel(head_fns: tuple, t: int, s: int, tp: int, sp: int, causal: bool, interpret: bool):
+    masks = [_FnMask((tp, sp), fn, causal, s - t, (t, s)) for fn in head_fns]
+    block = min(TILE, tp, sp)
+    sizes = sk.BlockSizes(
+        block_q=block, block_kv=block, block_kv_compute=block,
+        block_q_dkv=block, block_kv_dkv=block, block_kv_dkv_compute=block,
+        block_q_dq=block, block_kv_dq=block,
+    )  # fmt: skip
+    kernel = sk.make_splash_mha(
+        sm.MultiHeadMask(masks),
+        block_sizes=sizes,
+        head_shards=1,
+        q_seq_shards=1,
+        interpret=interpret,
+    )
+    # Rows the pattern leaves without any key (before padding/segments): zeroed afterwards.
+    strips = range(0, tp, 1024)  # row strips: never a whole [T, S] array on the host
+    empty_TH = np.stack(
+        [np.concatenate([~np.asarray(m[i : i + 1024, :]).any(1) for i in strips]) for m in masks],
+        axis=1,
+    )
+    return kernel, empty_TH
+
+
+def splash_attention(
+    q,
+    k,
+    v,
+    *,
+    head_fns: Sequence[Callable | None] | Callable | None = None,
+    causal=False,
+    mask=None,
+    segment_ids=None,
+    scale=None,
+    dropout_rate=0.0,
+    interpret: bool | None = None,
+):
+    """Attention through splash attention under per-head masks.
+
+    Args:
+      q, k, v: ``[B, T, H, D]``, ``[B, S, H, D]``, ``[B, S, H, D]``.
+      head_fns: a mask function ``fn(q_idx, k_idx) -> bool`` (numpy-evaluable, hashable)
+        for every head, one per head, or None (dense).
+      causal, mask, segment_ids, scale: the common options.
+      interpret: Pallas interpret mode (default: everywhere but on TPU).
+
+    Returns:
+      ``[B, T, H, D]`` in the dtype of ``q``.
+    """
+    if dropout_rate > 0.0:
+        raise ValueError("splash attention does not apply attention dropout; use dropout 0")
+    b, t, h, d = q.shape
+    s = k.shape[1]
+    if not callable(head_fns) and head_fns is not None and len(head_fns) != h:
+        raise ValueError(f"splash: {len(head_fns)} head masks for {h} heads")
+    fns = tuple(head_fns) if isinstance(head_fns, (list, tuple)) else (head_fns,) * h
+    interpret = default_interpret() if interpret is None else interpret
+    tp, sp = -(-t // TILE) * TILE, -(-s // TILE) * TILE
+    kernel, empty = _kernel(fns, t, s, tp, sp, causal, interpret)
+    scale = scale if scale is not None else 1.0 / np.sqrt(d)
+
+    def to_hts(x, n):  # [B, N, H, D] -> [B, H, Np, D]
+        x = jnp.pad(x, ((0, 0), (0, n - x.shape[1]), (0, 0), (0, 0)))
+        return x.transpose(0, 2, 1, 3)
+
+    qh = to_hts(q * jnp.asarray(scale, q.dtype), tp)
+    kh, vh = to_hts(k, sp), to_hts(v, sp)
+    q_seg = kv_seg = None
+    if segment_ids is not None:
+        if isinstance(segment_ids, (tuple, list)):
+            q_seg, kv_seg = segment_ids
+        else:
+            q_seg = kv_seg = segment_ids
+    if mask is not None:
+        km = jnp.broadcast_to(mask.astype(bool), (b, s))
+        base = kv_seg if kv_seg is not None else jnp.zeros((b, s), jnp.int32)
+        kv_seg = jnp.where(km, base, -1)
+        if q_seg is None:
+            q_seg = jnp.zeros((b, t), jnp.int32)
+    segs = None
+    if q_seg is not None:
+        q_seg = jnp.pad(q_seg.astype(jnp.int32), ((0, 0), (0, tp - t)), constant_values=-2)
+        kv_seg = jnp.pad(kv_seg.astype(jnp.int32), ((0, 0), (0, sp - s)), constant_values=-1)
+        segs = sk.SegmentIds(q=q_seg, kv=kv_seg)
+        out = jax.vmap(kernel)(qh, kh, vh, segment_ids=segs)
+    else:
+        out = jax.vmap(kernel)(qh, kh, vh)
+    out = out.transpose(0, 2, 1, 3)[:, :t]
+    row_empty = jnp.asarray(empty[:t])[None, :, :, None]
+    if q_seg is not None:  # rows whose every visible key is padded or of another segment
+        row_empty = row_empty | ~_rows_with_a_key(fns, q_seg[:, :t], kv_seg[:, :s], causal)
+    return jnp.where(row_empty, 0, out).astype(q.dtype)
+
+
+def _rows_with_a_key(fns, q_seg, kv_seg, causal: bool, tile: int = TILE):
+    """bool ``[B, T, H, 1]``: the row has a visible key (pattern, causality, segments).
+
+    Evaluated tile by tile of queries (``[B, tile, S]`` at a time, never ``T x S``).
+    """
+    b, t = q_seg.shape
+    s = kv_seg.shape[1]
+    tp = -(-t // tile) * tile
+    q_seg = jnp.pad(q_seg, ((0, 0), (0, tp - t)), constant_values=-2)
+    k_idx = jnp.arange(s)[None, :]
+
+    def one_tile(i):
+        q_idx = i * tile + jnp.arange(tile)[:, None]
+        seg = jax.lax.dynamic_slice_in_dim(q_seg, i * tile, tile, axis=1)
+        same_BQS = seg[:, :, None] == kv_seg[:, None, :]
+        if causal:
+            same_BQS = same_BQS & (k_idx <= q_idx + (s - t))[None]
+        per_head = [
+            (same_BQS if fn is None else same_BQS & fn(q_idx, k_idx)[None]).any(-1) for fn in fns
+        ]
+        return jnp.stack(per_head, -1)  # [B, tile, H]
+
+    has_key = jax.lax.map(one_tile, jnp.arange(tp // tile))  # [n, B, tile, H]
+    has_key = has_key.transpose(1, 0, 2, 3).reshape(b, tp, len(fns))[:, :t]
+    return has_key[..., None]
