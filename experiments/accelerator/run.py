@@ -3,9 +3,10 @@
 Sections (``--sections``, default all):
 
 * ``dense``: fwd+bwd of dense attention, bf16, ``B = max(1, 16K / T)``, 16 heads x 64, at
-  1K-32K, causal and not: ``jax.nn.dot_product_attention(implementation="cudnn")`` (the
-  target), seqjax ``dense`` with ``auto`` (what a model gets), the Pallas block-table kernel,
-  plain-JAX ``chunked`` and the materializing ``reference`` (up to 8K).
+  1K-32K, causal and not: the vendor's fused kernel (``fused``:
+  ``jax.nn.dot_product_attention(implementation="cudnn")`` on GPU, splash on TPU; the
+  target), seqjax ``dense`` with ``auto`` (what a model gets), the Pallas block-table kernel
+  (GPU) or splash (TPU), plain-JAX ``chunked`` and the materializing ``reference`` (to 8K).
 * ``sparse``: Child et al. 2019 Table 2 shape (8 heads x 64, stride l = 128, c = 32, causal)
   at 4K-16K: ``sparse_strided`` / ``sparse_fixed`` through the Pallas kernels and through
   the plain-JAX engine, against cuDNN dense causal.
@@ -13,7 +14,7 @@ Sections (``--sections``, default all):
   dense at 4K-64K (batch 1, 8 heads x 64).
 * ``train``: tokens/s and MFU of a GPT-2-small-class dense LM (12 layers, d = 768, 12 heads,
   T = 1024, vocab 50,304, bf16 compute / float32 parameters, AdamW), model FLOPs from the
-  analytic count ``6 N T + 12 L T^2 d`` per sequence (Kaplan et al. 2020 / PaLM appendix B;
+  analytic count ``6 N T + 12 L T^2 d`` per sequence (``seqjax.train.flops``: PaLM App. B;
   causal attention counted in full, as PaLM does) and, for comparison, XLA's
   ``cost_analysis()`` of the compiled step.
 
@@ -21,7 +22,7 @@ Contenders of a section are timed interleaved (A B C A B C ...), each call synch
 with ``block_until_ready``, and the medians are reported with their ratio to the first
 contender. Writes ``results/<device>.json`` and ``.md`` (``--out`` to change the folder).
 
-    python experiments/accelerator/run.py --scale gpu
+    python experiments/accelerator/run.py --scale gpu      # or --scale tpu
     python experiments/accelerator/run.py --scale smoke   # CPU, tiny, checks the script
 """
 
@@ -42,38 +43,46 @@ import optax
 
 from seqjax import attention
 from seqjax.models.transformer import TransformerConfig, TransformerLM
+from seqjax.train import flops
 
 HERE = Path(__file__).resolve().parent
-# Dense bf16 tensor-core peaks (FLOP/s, no sparsity) from the vendors' data sheets.
-PEAK_BF16 = {
-    "H100 80GB HBM3": 989e12,  # H100 SXM
-    "H100 PCIe": 756e12,
-    "H200": 989e12,
-    "A100-SXM4-80GB": 312e12,
-    "A100-SXM4-40GB": 312e12,
-    "TPU v4": 275e12,
-    "TPU v5 lite": 197e12,
-    "TPU v5p": 459e12,
-}
 DENSE, LINFORMER, LSH = (attention.get(n) for n in ("dense", "linformer", "lsh"))
+FULL = dict(
+    dense=(1024, 2048, 4096, 8192, 16384, 32768),
+    sparse=(4096, 8192, 12288, 16384),
+    efficient=(4096, 16384, 65536),
+    heads=(16, 8),  # dense, sparse/efficient (Child et al.: 8 heads x 64)
+    head_dim=64,
+    stride=(128, 32),  # Child et al. Table 2: l = 128, c = 32
+    tokens=16384,
+    train_batch=16,
+    rounds=7,
+)
 SCALES = {
-    "gpu": dict(
-        dense=(1024, 2048, 4096, 8192, 16384, 32768),
-        sparse=(4096, 8192, 12288, 16384),
-        efficient=(4096, 16384, 65536),
-        train_batch=16,
-        rounds=7,
-    ),
-    "smoke": dict(dense=(128,), sparse=(256,), efficient=(256,), train_batch=2, rounds=2),
+    "gpu": FULL,
+    "tpu": FULL,
+    # CPU: every code path once at toy sizes (kernels in interpret mode), for tests.
+    "smoke": dict(
+        dense=(64,),
+        sparse=(64,),
+        efficient=(64,),
+        heads=(2, 2),
+        head_dim=16,
+        stride=(16, 4),
+        tokens=64,
+        train_batch=2,
+        rounds=1,
+    ),  # fmt: skip
 }
 
 
-def peak_flops(device) -> float | None:
-    kind = getattr(device, "device_kind", "")
-    for name, peak in PEAK_BF16.items():
-        if name.lower() in kind.lower():
-            return peak
-    return None
+def fused_dense(q, k, v, causal=False):
+    """The vendor's fused attention: cuDNN on GPU, splash on TPU (XLA on CPU, smoke only)."""
+    backend = jax.default_backend()
+    if backend == "tpu":
+        return DENSE(q, k, v, causal=causal, implementation="splash")
+    impl = "cudnn" if backend == "gpu" else "xla"
+    return jax.nn.dot_product_attention(q, k, v, is_causal=causal, implementation=impl)
 
 
 def grad_fn(fn):
@@ -101,7 +110,7 @@ def interleaved(contenders: dict, args, rounds: int) -> dict[str, float | str]:
             jax.block_until_ready(fn(*args))
             times[name].append(time.perf_counter() - t0)
     result.update({name: statistics.median(ts) for name, ts in times.items()})
-    return result
+    return {name: result[name] for name in contenders}  # contender order: baseline first
 
 
 def qkv(b, t, h, d, dtype=jnp.bfloat16, seed=0):
@@ -109,69 +118,69 @@ def qkv(b, t, h, d, dtype=jnp.bfloat16, seed=0):
     return [jax.random.normal(kk, (b, t, h, d), dtype) for kk in ks]
 
 
-def dense_section(lengths, rounds):
+def dense_section(scale):
     rows = []
-    for t in lengths:
-        b, h, d = max(1, 16384 // t), 16, 64
+    for t in scale["dense"]:
+        b, h, d = max(1, scale["tokens"] // t), scale["heads"][0], scale["head_dim"]
         q, k, v, ct = qkv(b, t, h, d)
+        kernel = "splash" if jax.default_backend() == "tpu" else "pallas"
         for causal in (False, True):
-
-            def cudnn(q, k, v, causal=causal):
-                return jax.nn.dot_product_attention(
-                    q, k, v, is_causal=causal, implementation="cudnn"
-                )
-
-            contenders = {"cudnn": cudnn}
-            for impl in ("auto", "pallas", "chunked") + (("reference",) if t <= 8192 else ()):
+            contenders = {"fused": lambda q, k, v, causal=causal: fused_dense(q, k, v, causal)}
+            impls = ("auto", kernel, "chunked") + (("reference",) if t <= 8192 else ())
+            for impl in impls:
                 contenders[impl] = lambda q, k, v, impl=impl, causal=causal: DENSE(
                     q, k, v, causal=causal, implementation=impl
                 )
-            res = interleaved({n: grad_fn(f) for n, f in contenders.items()}, (q, k, v, ct), rounds)
+            fns = {n: grad_fn(f) for n, f in contenders.items()}
+            res = interleaved(fns, (q, k, v, ct), scale["rounds"])
             rows.append(dict(section="dense", T=t, B=b, causal=causal, seconds=res))
             print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
-def sparse_section(lengths, rounds):
+def sparse_section(scale):
     rows = []
-    for t in lengths:
-        b, h, d = 1, 8, 64
+    l, c = scale["stride"]
+    kernel = "splash" if jax.default_backend() == "tpu" else "pallas"
+    for t in scale["sparse"]:
+        b, h, d = 1, scale["heads"][1], scale["head_dim"]
         q, k, v, ct = qkv(b, t, h, d)
-
-        def cudnn(q, k, v):
-            return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")
-
-        contenders = {"cudnn_dense": cudnn}
+        contenders = {"fused_dense": lambda q, k, v: fused_dense(q, k, v, True)}
         for kind in ("strided", "fixed"):
             fn = attention.get(f"sparse_{kind}")
-            for impl in ("pallas", "blocksparse"):
-                contenders[f"{kind}_{impl}"] = lambda q, k, v, fn=fn, impl=impl: fn(
-                    q, k, v, causal=True, stride=128, c=32, implementation=impl
+            opts = dict(stride=l) if kind == "strided" else dict(stride=l, c=c)
+            for impl in (kernel, "blocksparse"):
+                contenders[f"{kind}_{impl}"] = lambda q, k, v, fn=fn, impl=impl, o=opts: fn(
+                    q, k, v, causal=True, implementation=impl, **o
                 )
-        res = interleaved({n: grad_fn(f) for n, f in contenders.items()}, (q, k, v, ct), rounds)
+        fns = {n: grad_fn(f) for n, f in contenders.items()}
+        res = interleaved(fns, (q, k, v, ct), scale["rounds"])
         rows.append(dict(section="sparse", T=t, B=b, causal=True, seconds=res))
         print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
-def efficient_section(lengths, rounds):
+def efficient_section(scale):
     rows = []
-    for t in lengths:
-        b, h, d = 1, 8, 64
+    for t in scale["efficient"]:
+        b, h, d = 1, scale["heads"][1], scale["head_dim"]
         q, k, v, ct = qkv(b, t, h, d)
         key = jax.random.PRNGKey(1)
-        proj = (jax.random.normal(key, (256, t)) / np.sqrt(t)).astype(jnp.bfloat16)
+        kp = min(256, t)
+        proj = (jax.random.normal(key, (kp, t)) / np.sqrt(t)).astype(jnp.bfloat16)
+        chunk = min(128, t // 2)
         contenders = {
-            "cudnn_dense": lambda q, k, v: jax.nn.dot_product_attention(
-                q, k, v, implementation="cudnn"
+            "fused_dense": lambda q, k, v: fused_dense(q, k, v, False),
+            "linformer": lambda q, k, v, p=proj, n=kp: LINFORMER(
+                q, k, v, k=n, max_len=q.shape[1], sharing="kv", proj_e=p
             ),
-            "linformer": lambda q, k, v, p=proj: LINFORMER(q, k, v, k=256, sharing="kv", proj_e=p),
-            "cudnn_dense_causal": lambda q, k, v: jax.nn.dot_product_attention(
-                q, k, v, is_causal=True, implementation="cudnn"
+            "fused_dense_causal": lambda q, k, v: fused_dense(q, k, v, True),
+            "lsh": lambda q, k, v, r=key, c=chunk: LSH(
+                q, None, v, causal=True, n_hashes=4, rng=r, chunk_len=c
             ),
-            "lsh": lambda q, k, v, r=key: LSH(q, q, v, causal=True, n_hashes=4, rng=r),
         }
-        res = interleaved({n: grad_fn(f) for n, f in contenders.items()}, (q, k, v, ct), rounds)
+        fns = {n: grad_fn(f) for n, f in contenders.items()}
+        res = interleaved(fns, (q, k, v, ct), scale["rounds"])
         rows.append(dict(section="efficient", T=t, B=b, seconds=res))
         print(json.dumps(rows[-1]), flush=True)
     return rows
@@ -206,12 +215,13 @@ def train_section(batch, rounds, smoke):
 
     jstep = jax.jit(step, donate_argnums=(0, 1))
     compiled = jstep.lower(params, opt_state, tokens).compile()
-    cost = compiled.cost_analysis()
-    cost = cost[0] if isinstance(cost, list) else cost
-    xla_flops = float(cost.get("flops", 0.0)) if cost else 0.0
+    xla_flops = flops.compiled_flops(compiled)
     n_params = sum(x.size for x in jax.tree.leaves(params))
-    n_embed = cfg.vocab_size * cfg.d_model  # tied: counted once in 6N (the logits matmul)
-    analytic = batch * (6 * n_params * t + 12 * cfg.num_layers * t * t * cfg.d_model)
+    n_lookup = cfg.max_len * cfg.d_model  # learned positions (the token table is tied)
+    analytic = batch * flops.analytic_lm_flops(
+        num_params=n_params, lookup_params=n_lookup, num_layers=cfg.num_layers,
+        d_model=cfg.d_model, seq_len=t,
+    )  # fmt: skip
     params, opt_state, loss = compiled(params, opt_state, tokens)
     jax.block_until_ready(loss)
     times = []
@@ -221,14 +231,14 @@ def train_section(batch, rounds, smoke):
         jax.block_until_ready(loss)
         times.append(time.perf_counter() - t0)
     sec = statistics.median(times)
-    peak = peak_flops(jax.devices()[0])
+    peak = flops.peak_flops()
     row = dict(
         section="train",
         model="gpt2-small-class" if not smoke else "tiny",
         B=batch,
         T=t,
         params=int(n_params),
-        embedding_params=int(n_embed),
+        lookup_params=int(n_lookup),
         step_seconds=sec,
         tokens_per_s=batch * t / sec,
         model_flops_per_step=analytic,
@@ -289,16 +299,19 @@ def main(argv=None):
         parser.error(
             f"--sections: unknown {sorted(unknown)}; valid: dense, sparse, efficient, train"
         )
-    if args.scale == "gpu" and jax.default_backend() != "gpu":
-        parser.error(f"--scale gpu needs a GPU backend; this process has {jax.default_backend()!r}")
+    if args.scale in ("gpu", "tpu") and jax.default_backend() != args.scale:
+        parser.error(
+            f"--scale {args.scale} needs a {args.scale.upper()} backend; this process has "
+            f"{jax.default_backend()!r} (use --scale smoke to check the script on a CPU)"
+        )
     device = jax.devices()[0]
     rows = []
     if "dense" in sections:
-        rows += dense_section(scale["dense"], scale["rounds"])
+        rows += dense_section(scale)
     if "sparse" in sections:
-        rows += sparse_section(scale["sparse"], scale["rounds"])
+        rows += sparse_section(scale)
     if "efficient" in sections:
-        rows += efficient_section(scale["efficient"], scale["rounds"])
+        rows += efficient_section(scale)
     if "train" in sections:
         rows += train_section(scale["train_batch"], scale["rounds"], args.scale == "smoke")
     env = dict(

@@ -1,0 +1,42 @@
+"""The accelerator benchmark script runs every section at toy sizes on a CPU (kernels in
+interpret mode) and writes its JSON and markdown: a dry run of what ``--scale gpu`` and
+``--scale tpu`` execute on a device."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_accelerator_script_smoke(tmp_path):
+    cmd = [
+        sys.executable,
+        "experiments/accelerator/run.py",
+        "--scale",
+        "smoke",
+        "--out",
+        str(tmp_path),
+    ]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    payload = json.loads((tmp_path / "smoke.json").read_text())
+    sections = {r["section"] for r in payload["rows"]}
+    assert sections == {"dense", "sparse", "efficient", "train"}
+    for row in payload["rows"]:
+        for name, value in row.get("seconds", {}).items():
+            assert isinstance(value, float) and value > 0, (row["section"], name, value)
+    train = next(r for r in payload["rows"] if r["section"] == "train")
+    # The analytic model-FLOP count and XLA's count of the compiled step agree to 2x.
+    assert 0.5 < train["xla_flops_per_step"] / train["model_flops_per_step"] < 2.0
+
+
+def test_gpu_scale_refuses_a_cpu_backend():
+    cmd = [sys.executable, "experiments/accelerator/run.py", "--scale", "gpu"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "needs a GPU backend" in proc.stderr
+    assert "Traceback" not in proc.stderr
