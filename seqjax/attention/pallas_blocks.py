@@ -38,6 +38,9 @@ from jax.experimental.pallas import triton as plgpu
 from seqjax.attention import blockwise
 from seqjax.attention import masks as masks_lib
 
+# ``dot`` moved from ``pallas`` to ``pallas.triton`` (JAX 0.8); take whichever exists.
+_pl_dot = getattr(plgpu, "dot", None) or pl.dot
+
 # Masked logits get this finite value, so that a block with no visible key never produces
 # inf - inf; probabilities of masked entries are zeroed explicitly.
 _NEG = -1e30
@@ -91,7 +94,7 @@ def _element_mask(i, j, *, bq, bk, t, s, causal, offset, mask_fn, km_ref, qs_ref
 
 def _dot(a, b, *, trans_a=False, trans_b=False):
     precision = jax.lax.Precision.HIGHEST if a.dtype == jnp.float32 else None
-    return plgpu.dot(a, b, trans_a=trans_a, trans_b=trans_b, precision=precision)
+    return _pl_dot(a, b, trans_a=trans_a, trans_b=trans_b, precision=precision)
 
 
 def _fwd_kernel(table_ref, count_ref, q_ref, k_ref, v_ref, *refs, cfg):

@@ -33,8 +33,6 @@ from collections.abc import Callable, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
-from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
 
 from seqjax.attention import sparse_patterns as patterns
 
@@ -67,33 +65,49 @@ def default_interpret() -> bool:
     return jax.default_backend() != "tpu"
 
 
-class _FnMask(sm._ComputableMask):
-    """A lazy ``[T, S]`` mask from ``fn(q_idx, k_idx)`` plus bottom-right causality."""
+def _splash_modules():
+    """The splash kernel and mask modules (imported on first use)."""
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
 
-    def __init__(self, shape, fn: Callable | None, causal: bool, offset: int, valid_len):
-        t, s = valid_len
+    return sk, sm
 
-        def mask_function(q, k):
-            m = (q < t) & (k < s)
-            if causal:
-                m = m & (k <= q + offset)
-            if fn is not None:
-                m = m & fn(q, k)
-            return m
 
-        super().__init__(shape, mask_function)
-        self._key = (shape, fn, causal, offset, valid_len)
+@functools.lru_cache(maxsize=1)
+def _fn_mask_class():
+    _, sm = _splash_modules()
 
-    def __eq__(self, other):
-        return isinstance(other, _FnMask) and self._key == other._key
+    class FnMask(sm._ComputableMask):
+        """A lazy ``[T, S]`` mask from ``fn(q_idx, k_idx)`` plus bottom-right causality."""
 
-    def __hash__(self):
-        return hash(self._key)
+        def __init__(self, shape, fn: Callable | None, causal: bool, offset: int, valid_len):
+            t, s = valid_len
+
+            def mask_function(q, k):
+                m = (q < t) & (k < s)
+                if causal:
+                    m = m & (k <= q + offset)
+                if fn is not None:
+                    m = m & fn(q, k)
+                return m
+
+            super().__init__(shape, mask_function)
+            self._key = (shape, fn, causal, offset, valid_len)
+
+        def __eq__(self, other):
+            return isinstance(other, FnMask) and self._key == other._key
+
+        def __hash__(self):
+            return hash(self._key)
+
+    return FnMask
 
 
 @functools.lru_cache(maxsize=32)
 def _kernel(head_fns: tuple, t: int, s: int, tp: int, sp: int, causal: bool, interpret: bool):
-    masks = [_FnMask((tp, sp), fn, causal, s - t, (t, s)) for fn in head_fns]
+    sk, sm = _splash_modules()
+    fn_mask = _fn_mask_class()
+    masks = [fn_mask((tp, sp), fn, causal, s - t, (t, s)) for fn in head_fns]
     block = min(TILE, tp, sp)
     sizes = sk.BlockSizes(
         block_q=block, block_kv=block, block_kv_compute=block,
@@ -175,7 +189,7 @@ def splash_attention(
     if q_seg is not None:
         q_seg = jnp.pad(q_seg.astype(jnp.int32), ((0, 0), (0, tp - t)), constant_values=-2)
         kv_seg = jnp.pad(kv_seg.astype(jnp.int32), ((0, 0), (0, sp - s)), constant_values=-1)
-        segs = sk.SegmentIds(q=q_seg, kv=kv_seg)
+        segs = _splash_modules()[0].SegmentIds(q=q_seg, kv=kv_seg)
         out = jax.vmap(kernel)(qh, kh, vh, segment_ids=segs)
     else:
         out = jax.vmap(kernel)(qh, kh, vh)
