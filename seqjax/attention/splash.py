@@ -124,7 +124,10 @@ def _kernel(head_fns: tuple, t: int, s: int, tp: int, sp: int, causal: bool, int
     # Rows the pattern leaves without any key (before padding/segments): zeroed afterwards.
     strips = range(0, tp, 1024)  # row strips: never a whole [T, S] array on the host
     empty_TH = np.stack(
-        [np.concatenate([~np.asarray(m[i : i + 1024, :]).any(1) for i in strips]) for m in masks],
+        [
+            np.concatenate([~np.asarray(m[i : min(i + 1024, tp), :]).any(1) for i in strips])
+            for m in masks
+        ],
         axis=1,
     )
     return kernel, empty_TH
