@@ -215,6 +215,9 @@ def make_optimizer(opt, num_steps: int):
     Returns:
       ``(optax.GradientTransformation, schedule)``.
     """
+    problems = optimizer_problems(opt)
+    if problems:
+        raise ValueError("invalid optimizer config:\n  - " + "\n  - ".join(problems))
     schedule = make_schedule(opt, num_steps)
     tx = _base(opt, schedule)
     clip_norm = float(_get(opt, "grad_clip_norm"))
@@ -273,11 +276,15 @@ def set_lra_recipe(o, warmup_steps: int) -> None:
 
 
 def validate_optimizer(config) -> list[str]:
-    """Problems of the optimizer fields added with this module (name, schedule, mask and
-    their parameters), one line each naming the field and the valid values; the common
-    fields (learning_rate, warmup_steps, b1, b2, eps, ...) are checked in
+    """Problems of ``config.optimizer``'s fields added with this module (name, schedule,
+    mask and their parameters), one line each naming the field and the valid values; the
+    common fields (learning_rate, warmup_steps, b1, b2, eps, ...) are checked in
     ``seqjax.train.config_validation``."""
-    o = config.optimizer
+    return optimizer_problems(config.optimizer)
+
+
+def optimizer_problems(o) -> list[str]:
+    """``validate_optimizer`` of the block ``o`` (``config.optimizer``)."""
     errors: list[str] = []
 
     def bad(field: str, value, valid: str) -> None:

@@ -52,13 +52,14 @@ def _params(seed: int = 0) -> dict:
 def _updates(tx, params, steps: int = 3):
     """The parameters after ``steps`` updates with fixed pseudo-random gradients."""
     opt_state = tx.init(params)
+    update = jax.jit(tx.update)
     for i in range(steps):
         leaves, treedef = jax.tree.flatten(params)
         keys = jax.random.split(jax.random.PRNGKey(100 + i), len(leaves))
         grads = jax.tree.unflatten(
             treedef, [jax.random.normal(key, x.shape) for key, x in zip(keys, leaves)]
         )
-        updates, opt_state = tx.update(grads, opt_state, params)
+        updates, opt_state = update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
     return params
 
@@ -255,7 +256,8 @@ def test_matrices_mask_on_boxed_model_params_and_real_names():
 
     cfg = TransformerConfig(vocab_size=11, num_layers=1, num_heads=2, d_model=8, max_len=16,
                             positional="learned", causal=True)  # fmt: skip
-    boxed = TransformerLM(cfg).init(jax.random.PRNGKey(0), jnp.zeros((1, 8), jnp.int32))["params"]
+    init = jax.jit(TransformerLM(cfg).init)
+    boxed = init(jax.random.PRNGKey(0), jnp.zeros((1, 8), jnp.int32))["params"]
     flat = jax.tree_util.tree_flatten_with_path(optim.decay_mask("matrices")(boxed))[0]
     names = {}
     for path, v in flat:
@@ -294,6 +296,12 @@ def test_invalid_optimizer_fields_get_one_clear_message(fields, field_text, vali
     errors = optim.validate_optimizer(config)
     assert len(errors) == 1, errors
     assert field_text in errors[0] and "valid:" in errors[0] and valid_text in errors[0], errors
+
+
+def test_make_optimizer_refuses_an_invalid_block():
+    """Scripts that build an optimizer without config_validation get the same message."""
+    with pytest.raises(ValueError, match=r"config.optimizer.weight_decay=0.01.*adamw"):
+        optim.make_optimizer(_opt(name="adam"), 10)
 
 
 def test_config_validation_reports_optimizer_fields(helpers, corpus):
