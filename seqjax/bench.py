@@ -82,10 +82,12 @@ def time_compiled(compiled, *args, repeats: int = 5, warmup: int = 1, min_time_s
         jax.block_until_ready(compiled(*args))
     times = []
     start = time.perf_counter()
-    while len(times) < repeats or time.perf_counter() - start < min_time_s:
-        t0 = time.perf_counter()
-        jax.block_until_ready(compiled(*args))
-        times.append(time.perf_counter() - t0)
+    with LoadProbe() as probe:
+        while len(times) < repeats or time.perf_counter() - start < min_time_s:
+            t0 = time.perf_counter()
+            jax.block_until_ready(compiled(*args))
+            times.append(time.perf_counter() - t0)
+    MEASUREMENTS.append(probe.result)
     return times
 
 
@@ -202,6 +204,11 @@ def environment() -> dict[str, Any]:
 # A measurement is "noisy" when other processes kept more than this fraction of the cores
 # busy on average while it ran (2 cores: half a core).
 NOISY_FRACTION = 0.25
+# /proc/stat counts in clock ticks (10 ms): shorter windows fall back to the load average.
+MIN_WINDOW_S = 0.5
+# LoadProbe.result of every timed section of this process (time_compiled, interleave);
+# write_results summarizes them into a payload that has no "load" of its own.
+MEASUREMENTS: list[dict] = []
 
 
 def _loadavg() -> list[float] | None:
@@ -272,7 +279,7 @@ class LoadProbe:
         own = (_own_cpu_seconds() - self._own0) / wall
         busy1 = _busy_cpu_seconds()
         other = None
-        if self._busy0 is not None and busy1 is not None:
+        if self._busy0 is not None and busy1 is not None and wall >= MIN_WINDOW_S:
             other = max((busy1 - self._busy0) / wall - own, 0.0)
         self.result = load_summary(self._load0, _loadavg(), wall, own, other, os.cpu_count())
         return False
@@ -342,6 +349,7 @@ def interleave(
             t0 = clock()
             block(contenders[name]())
             times[name].append(clock() - t0)
+    MEASUREMENTS.append(probe.result)
     timing = {name: median_summary(ts) for name, ts in times.items()}
     base = timing[names[0]]["median_s"]
     ratios = {name: (t["median_s"] / base if base > 0 else None) for name, t in timing.items()}
@@ -378,11 +386,33 @@ def markdown_table(rows: Sequence[dict], columns: Sequence[str], headers=None) -
     return "\n".join(lines)
 
 
+def aggregate_load(measurements: Sequence[dict]) -> dict[str, Any]:
+    """One ``load`` record for many timed sections: noisy if any of them was."""
+    others = [m["other_cores"] for m in measurements if m.get("other_cores") is not None]
+    noisy = [m for m in measurements if m.get("noisy")]
+    return {
+        "measurements": len(measurements),
+        "noisy_measurements": len(noisy),
+        "other_cores": round(max(others), 3) if others else None,
+        "mean_other_cores": round(float(np.mean(others)), 3) if others else None,
+        "loadavg_before": measurements[0].get("loadavg_before") if measurements else None,
+        "loadavg_after": measurements[-1].get("loadavg_after") if measurements else None,
+        "noisy_threshold_cores": NOISY_FRACTION * max(int(os.cpu_count() or 1), 1),
+        "noisy": bool(noisy),
+    }
+
+
 def write_results(out_dir: Path | str, name: str, payload: dict, markdown: str) -> Path:
-    """Writes ``name.json`` (payload + environment) and ``name.md`` into ``out_dir``."""
+    """Writes ``name.json`` (payload + environment) and ``name.md`` into ``out_dir``.
+
+    A payload without a ``load`` record gets the summary of this process's timed sections
+    (``MEASUREMENTS``), so every result file says whether it was measured under load.
+    """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     payload = {"environment": environment(), **payload}
+    if "load" not in payload and MEASUREMENTS:
+        payload["load"] = aggregate_load(MEASUREMENTS)
     (out_dir / f"{name}.json").write_text(json.dumps(payload, indent=2, default=str) + "\n")
     env = payload["environment"]
     footer = (
@@ -391,9 +421,11 @@ def write_results(out_dir: Path | str, name: str, payload: dict, markdown: str) 
     )
     load = payload.get("load") or {}
     if load.get("noisy"):
+        several = load.get("measurements")
+        which = f" in {load['noisy_measurements']} of {several} timed sections" if several else ""
         footer += (
-            f"\n**Noisy**: other processes used {load.get('other_cores')} cores on average "
-            f"while this ran (threshold {load.get('noisy_threshold_cores')}); the load "
+            f"\n**Noisy**: other processes used up to {load.get('other_cores')} cores on "
+            f"average{which} (threshold {load.get('noisy_threshold_cores')}); the load "
             f"average went from {load.get('loadavg_before')} to {load.get('loadavg_after')}.\n"
         )
     (out_dir / f"{name}.md").write_text(markdown.rstrip() + footer)

@@ -137,3 +137,26 @@ def test_summarize_shows_noisy_rows_as_such(tmp_path):
     }
     table = summarize.render(summarize.gather(tmp_path))
     assert "| measured |" in table and table.count("**noisy**") == 2
+
+
+def test_timed_sections_are_recorded_and_summarized(tmp_path, monkeypatch):
+    """Every time_compiled call records its load; a payload without its own "load" gets
+    their summary, noisy if any section was."""
+    import jax
+    import jax.numpy as jnp
+
+    monkeypatch.setattr(bench, "MEASUREMENTS", [])
+    compiled = jax.jit(lambda x: x + 1).lower(jnp.zeros(3)).compile()
+    bench.time_compiled(compiled, jnp.zeros(3), repeats=2)
+    assert len(bench.MEASUREMENTS) == 1 and "noisy" in bench.MEASUREMENTS[0]
+    quiet = bench.load_summary([0.1] * 3, [0.1] * 3, 1.0, 1.0, 0.0, 2)
+    noisy = bench.load_summary([0.1] * 3, [2.0] * 3, 1.0, 1.0, 1.5, 2)
+    monkeypatch.setattr(bench, "MEASUREMENTS", [quiet, noisy, quiet])
+    agg = bench.aggregate_load(bench.MEASUREMENTS)
+    assert agg["measurements"] == 3 and agg["noisy_measurements"] == 1 and agg["noisy"]
+    assert agg["other_cores"] == 1.5 and agg["loadavg_after"] == [0.1] * 3
+    bench.write_results(tmp_path, "study", {"rows": []}, "| a |\n|---|")
+    payload = json.loads((tmp_path / "study.json").read_text())
+    assert payload["load"]["noisy"] is True
+    assert "in 1 of 3 timed sections" in (tmp_path / "study.md").read_text()
+    assert not bench.aggregate_load([quiet, quiet])["noisy"]
