@@ -102,9 +102,14 @@ def _machine(payload: dict, path: Path) -> tuple[str, str, str]:
 
 def conditions(row: dict, payload: dict) -> str:
     """How a row was measured: "**noisy**" when the row or its file says other processes
-    loaded the machine (``seqjax.bench.LoadProbe``: ``noisy``), "quiet" when it was
-    recorded and low, "not recorded" for files written before the harness recorded it."""
-    flags = [row.get("noisy"), payload.get("noisy"), (payload.get("load") or {}).get("noisy")]
+    loaded the machine (``seqjax.bench.LoadProbe``: ``noisy``; the row's own flag first),
+    "quiet" when it was recorded and low, "not a timing" for a row with ``"noisy": None``
+    (accuracy, loss), "not recorded" for files written before the harness recorded it."""
+    if "noisy" in row and row["noisy"] is None:  # a quality figure: load does not matter
+        return "not a timing"
+    if "noisy" in row:  # the row's own record wins over its file's
+        return "**noisy**" if row["noisy"] else "quiet"
+    flags = [payload.get("noisy"), (payload.get("load") or {}).get("noisy")]
     if any(flag is True for flag in flags):
         return "**noisy**"
     if any(flag is False for flag in flags):

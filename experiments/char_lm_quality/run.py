@@ -201,7 +201,7 @@ def summary_rows(rows, peers: dict | None, scale: str) -> list[dict]:
             "study": "char_lm_quality",
             "paper_figure": f"nanoGPT shakespeare_char CPU config, val loss ({label})",
             "paper": round(paper, 4), "ours": round(ref["val_loss"], 4),
-            "ratio": round(ref["val_loss"] / paper, 3),
+            "ratio": round(ref["val_loss"] / paper, 3), "noisy": None,
         })  # fmt: skip
     if peers and peers.get("peer") and "seqjax" in ok:
         peer = ok[peers["peer"]]

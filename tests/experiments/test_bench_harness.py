@@ -128,12 +128,16 @@ def test_summarize_shows_noisy_rows_as_such(tmp_path):
     _results(tmp_path, "b", "row_noisy", {"summary": [{**row, "noisy": True}]})
     _results(tmp_path, "c", "quiet", {"summary": [row], "noisy": False})
     _results(tmp_path, "d", "old", {"summary": [row]})
+    _results(tmp_path, "e", "row_wins", {"summary": [{**row, "noisy": False}], "noisy": True})
+    _results(tmp_path, "f", "quality", {"summary": [{**row, "noisy": None}], "noisy": True})
     got = {r["file"].split("]")[0][1:]: r["measured"] for r in summarize.gather(tmp_path)}
     assert got == {
         "file_noisy.json": "**noisy**",
         "row_noisy.json": "**noisy**",
         "quiet.json": "quiet",
         "old.json": "not recorded",
+        "row_wins.json": "quiet",
+        "quality.json": "not a timing",
     }
     table = summarize.render(summarize.gather(tmp_path))
     assert "| measured |" in table and table.count("**noisy**") == 2
