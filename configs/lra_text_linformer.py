@@ -68,7 +68,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     m.attention = "linformer"  # every layer uses Linformer
     lin = m.attention_options.linformer
     lin.k = min(a["k"], c.data.max_len) if not a["smoke"] else min(a["k"], 128)  # k: E, F [k, n]
-    lin.max_len = c.data.max_len  # columns of E/F = the longest input
+    lin.max_len = c.model.max_len  # columns of E/F = the longest input (with CLS)
     lin.sharing = a["sharing"]  # none | headwise | kv | layerwise
     return c
 

@@ -69,6 +69,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     m.dtype = "bfloat16"  # compute dtype on accelerators (parameters float32)
 
     o = c.optimizer
+    o.name = "adam"  # plain Adam (no weight decay; seqjax.train.optim)
+    o.schedule = "warmup_cosine"  # cosine decay (here without warm-up)
     o.learning_rate = 2.5e-4  # Adam peak
     o.warmup_steps = 0  # no warm-up (our choice)
     o.min_lr_ratio = 0.0  # cosine to 0 at num_steps

@@ -5,8 +5,10 @@ results file may carry a ``"summary"`` list of rows
 ``{"study", "paper_figure", "paper", "ours", "ratio", "note"}`` (ratio = ours / paper where
 that means something). A results file written before its script produced that list gets it
 from the script's own ``summary_rows(payload)`` (``DERIVED`` below), so the rows are defined
-once. This script gathers them, adds the machine, date and commit recorded in the file, and
-rewrites the table between the markers in the README:
+once. This script gathers them, adds how they were measured (a row or file marked
+``"noisy"``, or ``"load": {"noisy": ...}`` from ``seqjax.bench.LoadProbe``, shows as
+**noisy**), the machine, date and commit recorded in the file, and rewrites the table
+between the markers in the README:
 
     python experiments/summarize.py
 """
@@ -25,13 +27,17 @@ sys.path.insert(0, str(HERE.parent))
 from seqjax import bench  # noqa: E402
 
 BEGIN, END = "<!-- summary:begin -->", "<!-- summary:end -->"
-COLUMNS = ["study", "paper_figure", "paper", "ours", "ratio", "machine", "date", "commit", "file"]
+COLUMNS = [
+    "study", "paper_figure", "paper", "ours", "ratio", "measured", "machine", "date", "commit",
+    "file",
+]  # fmt: skip
 HEADERS = [
     "study",
     "paper figure",
     "paper",
     "ours",
     "ours / paper",
+    "measured",
     "machine",
     "date",
     "commit",
@@ -94,6 +100,23 @@ def _machine(payload: dict, path: Path) -> tuple[str, str, str]:
     return machine, date, commit
 
 
+def conditions(row: dict, payload: dict) -> str:
+    """How a row was measured: "**noisy**" when the row or its file says other processes
+    loaded the machine (``seqjax.bench.LoadProbe``: ``noisy``; the row's own flag first),
+    "quiet" when it was recorded and low, "not a timing" for a row with ``"noisy": None``
+    (accuracy, loss), "not recorded" for files written before the harness recorded it."""
+    if "noisy" in row and row["noisy"] is None:  # a quality figure: load does not matter
+        return "not a timing"
+    if "noisy" in row:  # the row's own record wins over its file's
+        return "**noisy**" if row["noisy"] else "quiet"
+    flags = [payload.get("noisy"), (payload.get("load") or {}).get("noisy")]
+    if any(flag is True for flag in flags):
+        return "**noisy**"
+    if any(flag is False for flag in flags):
+        return "quiet"
+    return "not recorded"
+
+
 def gather(root: Path = HERE) -> list[dict]:
     rows = []
     for path in sorted(root.glob("*/results/*.json")):
@@ -106,6 +129,7 @@ def gather(root: Path = HERE) -> list[dict]:
             rows.append(
                 {
                     **row,
+                    "measured": conditions(row, payload),
                     "machine": machine,
                     "date": date,
                     "commit": commit,

@@ -12,7 +12,7 @@ import jax
 from seqjax import attention as attention_lib
 from seqjax.data.config import CLASSIFICATION_DATASETS, DATASETS, LM_DATASETS
 from seqjax.models.transformer import DTYPES, POOLINGS, POSITIONALS
-from seqjax.train import sharding
+from seqjax.train import optim, sharding
 
 # Input length of the classification sets when config.data.max_len is None (seqjax.data.api).
 CLASSIFICATION_DEFAULT_LEN = {"imdb_bytes": 4096, "listops": 2048}
@@ -146,6 +146,7 @@ def validate(config, *, num_devices: int | None = None, process_count: int | Non
             bad(f"optimizer.{field}", o[field], ">= 0 (grad_clip_norm 0 = no clipping)")
     if not 0.0 <= o.min_lr_ratio <= 1.0:
         bad("optimizer.min_lr_ratio", o.min_lr_ratio, "0 <= ratio <= 1")
+    errors.extend(optim.validate_optimizer(config))
 
     # ---- train
     if not isinstance(t.num_steps, int) or t.num_steps < 1:

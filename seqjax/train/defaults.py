@@ -51,15 +51,34 @@ def model() -> ml_collections.ConfigDict:
 
 
 def optimizer() -> ml_collections.ConfigDict:
-    """``config.optimizer``: clip by global norm, then AdamW on warm-up + cosine decay."""
+    """``config.optimizer``: clip by global norm, then an optax optimizer on a schedule
+    (``seqjax/train/optim.py`` documents every name and schedule); the default is AdamW on
+    warm-up + cosine decay."""
     c = ml_collections.ConfigDict()
-    c.learning_rate = 1e-3  # peak learning rate (after warm-up)
+    c.name = "adamw"  # adamw | adam | adafactor | sgd | lamb
+    # warmup_cosine | warmup_linear | constant | rsqrt (LRA) | inverse_sqrt (Vaswani et al.)
+    c.schedule = "warmup_cosine"
+    c.learning_rate = 1e-3  # peak rate (rsqrt: LRA's "constant"; peak = lr / sqrt(warmup))
     c.warmup_steps = 100  # linear warm-up from 0
-    c.min_lr_ratio = 0.1  # cosine decays to learning_rate * min_lr_ratio at train.num_steps
-    c.b1 = 0.9  # Adam beta1
-    c.b2 = 0.99  # Adam beta2
-    c.eps = 1e-8  # Adam epsilon
-    c.weight_decay = 0.01  # decoupled weight decay on matrices (not biases / norms)
+    c.min_lr_ratio = 0.1  # cosine/linear decay to learning_rate * min_lr_ratio at num_steps
+    c.b1 = 0.9  # Adam/LAMB beta1
+    c.b2 = 0.99  # Adam/LAMB beta2
+    c.eps = 1e-8  # Adam/LAMB epsilon
+    c.weight_decay = 0.01  # weight decay (adamw/lamb: decoupled; sgd: L2; adam: must be 0)
+    c.weight_decay_mask = "matrices"  # matrices (not biases / norms / u, v) | all | none
+    c.momentum = 0.9  # sgd momentum (0 = plain SGD)
+    c.nesterov = False  # sgd: Nesterov momentum
+    # Adafactor (Shazeer & Stern 2018) as optax.adafactor; learning_rate is its step size.
+    c.adafactor = ml_collections.ConfigDict(
+        {
+            "decay_rate": 0.8,  # second-moment decay exponent
+            "clipping_threshold": 1.0,  # update clipping by block RMS (0 = none)
+            "multiply_by_parameter_scale": True,  # relative step size
+            "momentum": 0.0,  # first-moment EMA (0 = none, as in the paper)
+            "eps": 1e-30,  # regularizes the squared gradient
+            "min_dim_size_to_factor": 128,  # factor second moments of dims >= this
+        }
+    )
     c.grad_clip_norm = 1.0  # clip gradients to this global norm (0 = no clipping)
     # Split each global batch into this many sequential micro-batches (same update, less
     # memory); data.batch_size / (mesh.data * mesh.fsdp) must be divisible by it.

@@ -17,12 +17,12 @@ import dataclasses
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import optax
 
 from seqjax.models import TransformerClassifier, TransformerConfig, TransformerLM
 from seqjax.models.transformer import attention_cycle
 from seqjax.models.transformer_xl import TransformerXL
 from seqjax.train import sharding
+from seqjax.train.optim import make_optimizer, make_schedule  # noqa: F401 (re-exported)
 
 XL = "transformer_xl"
 
@@ -116,43 +116,6 @@ def make_model(
     if task == "lm":
         return TransformerLM(cfg, decode=decode)
     return TransformerClassifier(cfg)
-
-
-def make_schedule(opt, num_steps: int):
-    """Linear warm-up from 0 to ``learning_rate`` then cosine decay to
-    ``learning_rate * min_lr_ratio`` at ``num_steps`` (Loshchilov & Hutter 2017)."""
-    return optax.warmup_cosine_decay_schedule(
-        init_value=0.0,
-        peak_value=opt.learning_rate,
-        warmup_steps=opt.warmup_steps,
-        decay_steps=max(num_steps, opt.warmup_steps + 1),
-        end_value=opt.learning_rate * opt.min_lr_ratio,
-    )
-
-
-def _decay_mask(params):
-    """Weight decay on matrices only (not biases, LayerNorm scales or the CLS vector)."""
-    return jax.tree.map(lambda x: x.ndim >= 2, params)
-
-
-def make_optimizer(opt, num_steps: int):
-    """Global-norm clipping followed by AdamW (Loshchilov & Hutter 2019) on the schedule.
-
-    Returns:
-      ``(optax.GradientTransformation, schedule)``.
-    """
-    schedule = make_schedule(opt, num_steps)
-    adamw = optax.adamw(
-        schedule,
-        b1=opt.b1,
-        b2=opt.b2,
-        eps=opt.eps,
-        weight_decay=opt.weight_decay,
-        mask=_decay_mask,
-    )
-    clip = optax.clip_by_global_norm(opt.grad_clip_norm) if opt.grad_clip_norm > 0 else None
-    tx = optax.chain(clip, adamw) if clip is not None else adamw
-    return tx, schedule
 
 
 def init_fn(model, tx, input_shape, seed: int, memory_batch: int = 0):
