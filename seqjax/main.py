@@ -107,7 +107,7 @@ def run():
     flags.mark_flags_as_required(["config", "workdir"])
     logging.set_verbosity(logging.INFO)
     logging.get_absl_handler().addFilter(_QuietLibraries())
-    app.run(main)
+    app.run(main, flags_parser=errors.parse_flags)
 
 
 if __name__ == "__main__":

@@ -140,7 +140,43 @@ def config_file_problem(argv: list[str]) -> str | None:
     if not hasattr(module, "get_config"):
         return f"--config file {path} defines no get_config() function"
     try:
-        module.get_config(*([variant] if variant else []))
+        config = module.get_config(*([variant] if variant else []))
     except (ValueError, KeyError, TypeError) as e:
         return f"--config={value}: {e}"
+    return _unknown_override(config, argv)
+
+
+def _unknown_override(config, argv: list[str]) -> str | None:
+    """A sentence for ``--config.a.b=v`` naming a field the config does not have."""
+    for arg in argv[1:]:
+        if not arg.startswith("--config."):
+            continue
+        key = arg[len("--config.") :].split("=", 1)[0]
+        node, walked = config, "config"
+        for part in key.split("."):
+            fields = list(node.keys()) if hasattr(node, "keys") else None
+            if fields is None or part not in fields:
+                valid = ", ".join(sorted(fields)) if fields else "none (not a block)"
+                return f"--config.{key}: {walked} has no field {part!r}; its fields: {valid}"
+            node, walked = node[part], f"{walked}.{part}"
     return None
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+    """``absl.app``'s flag parsing, ending with one line and exit status 2 on a bad flag."""
+    from absl import app, flags
+
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as e:
+        print(f"error: {e}", file=sys.stderr)
+        print(f"(see python -m {_module(argv)} --helpshort for the flags)", file=sys.stderr)
+        sys.exit(2)
+    except app.UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _module(argv: list[str]) -> str:
+    name = Path(argv[0]).stem if argv else "seqjax.main"
+    return f"seqjax.{name}" if name in ("main", "evaluate", "sample") else name
