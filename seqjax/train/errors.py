@@ -23,10 +23,11 @@ BUG_LINE = (
 
 def _user_error_types() -> tuple[type, ...]:
     from seqjax.data import sources
-    from seqjax.train import checkpoint, config_validation, workdir
+    from seqjax.train import checkpoint, cli_inputs, config_validation, workdir
 
     return (
         config_validation.ConfigError,
+        cli_inputs.InputError,
         workdir.WorkdirError,
         checkpoint.CheckpointError,
         sources.DataError,
@@ -102,6 +103,18 @@ def report(e: BaseException, workdir: str | None = None) -> int:
     traceback.print_exception(e, file=sys.stderr)
     print(f"error: {BUG_LINE}", file=sys.stderr, flush=True)
     return 1
+
+
+def run_cli(fn, argv, workdir: str | None) -> None:
+    """``fn(argv)`` for a command-line tool: user errors end in one sentence (exit 2),
+    Ctrl-C in exit 130, bugs in a traceback with ``BUG_LINE`` (exit 1)."""
+    try:
+        fn(argv)
+    except KeyboardInterrupt:
+        print("error: interrupted (Ctrl-C)", file=sys.stderr)
+        sys.exit(130)
+    except Exception as e:
+        sys.exit(report(e, workdir))
 
 
 def interrupted_message(workdir: str | None) -> str:
