@@ -78,9 +78,10 @@ def main(argv):
     try:
         sharding.maybe_initialize_distributed()
         result = train(_CONFIG.value, workdir)
-    except KeyboardInterrupt:
-        print(f"error: {errors.interrupted_message(workdir)}", file=sys.stderr)
-        sys.exit(130)
+    except KeyboardInterrupt:  # before the loop could save, or a second Ctrl-C
+        print(f"error: {errors.interrupted_message(workdir)}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(130)  # abandon a save in flight without waiting for (or noise from) it
     except Exception as e:  # every failure ends in one sentence, or a traceback for bugs
         sys.exit(errors.report(e, workdir))
     if interrupt.count and result.get("stopped") == "preempted":
