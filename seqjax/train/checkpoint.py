@@ -104,6 +104,10 @@ class Checkpointer:
                 logging.warning("checkpoint: skipped step %d (%s); moved it to %s and resumed "
                                 "from step %d", bad, reason, where, step)  # fmt: skip
             if skipped:
+                if jax.process_count() > 1:  # the others reload after process 0 moved them
+                    from jax.experimental import multihost_utils
+
+                    multihost_utils.sync_global_devices("seqjax_checkpoint_move_aside")
                 self.manager.reload()
             return step, state, data_state
         if skipped:

@@ -182,7 +182,13 @@ CLI_CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(CLI_CASES))
+# Two run in CI; the others (a few seconds each) with the slow suite.
+QUICK = ("config_file_missing", "invalid_fields")
+
+
+@pytest.mark.parametrize(
+    "case", [c if c in QUICK else pytest.param(c, marks=pytest.mark.slow) for c in CLI_CASES]
+)
 def test_cli_bad_input_exits_2_in_one_message(case, helpers, corpus, tmp_path):
     args, expected = CLI_CASES[case]
     proc = _cli([*args, f"--workdir={tmp_path / 'w'}"], helpers, corpus, tmp_path)
