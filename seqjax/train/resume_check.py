@@ -82,7 +82,9 @@ def compare(saved: dict, new: dict) -> tuple[list[str], list[str]]:
         old, now = a.get(field, "<unset>"), b.get(field, "<unset>")
         if _same(old, now):
             continue
-        reason = why_unusable(field)
+        # A field one side lacks comes from another seqjax version (a new default); the
+        # restore itself still refuses a checkpoint whose structure does not fit.
+        reason = None if "<unset>" in (old, now) else why_unusable(field)
         line = f"config.{field}: {old!r} -> {now!r}"
         (blocking if reason else allowed).append(line + (f" ({reason})" if reason else ""))
     return blocking, allowed

@@ -85,3 +85,12 @@ def test_compare_lists_both_kinds():
     blocking, allowed = resume_check.compare(saved, new)
     assert blocking == ["config.model.d_model: 32 -> 64 (model shape)"]
     assert allowed == ["config.optimizer.learning_rate: 0.1 -> 0.2"]
+
+
+def test_field_of_another_version_is_not_blocking():
+    saved = {"model": {"d_model": 32}}
+    new = {"model": {"d_model": 32, "kind": "transformer"}}
+    assert resume_check.compare(saved, new) == (
+        [],
+        ["config.model.kind: '<unset>' -> 'transformer'"],
+    )
