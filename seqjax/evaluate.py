@@ -145,8 +145,11 @@ def _main(argv):
     }
     if f.max_batches < 0:
         raise cli_inputs.InputError(f"--max_batches={f.max_batches}; valid: >= 0 (0 = all)")
-    step = cli_inputs.checkpoint_step(f.workdir, f.step)
-    run, state, step = setup.restore_latest(f.workdir, eval_overrides=overrides, step=step)
+    run, state, step = cli_inputs.restore(
+        lambda s: setup.restore_latest(f.workdir, eval_overrides=overrides, step=s),
+        f.workdir,
+        f.step,
+    )
     result = evaluate(run, state["params"], f.split, max_batches=f.max_batches)
     extra = {"eval_lengths": state_lib.eval_lengths(run.config)} if run.is_xl else {}
     print(json.dumps({"step": step, "split": f.split, **result, **extra}))

@@ -226,8 +226,9 @@ def _main(argv):
 
     f = flags.FLAGS
     cli_inputs.check_sampling_flags(f.length, f.temperature)
-    step = cli_inputs.checkpoint_step(f.workdir, f.step)
-    run, state, step = setup.restore_latest(f.workdir, step=step)
+    run, state, step = cli_inputs.restore(
+        lambda s: setup.restore_latest(f.workdir, step=s), f.workdir, f.step
+    )
     if run.task != "lm":
         raise cli_inputs.InputError(
             f"--workdir={f.workdir} trained a {run.task} model; sampling needs a language model"

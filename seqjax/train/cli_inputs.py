@@ -89,3 +89,26 @@ def usable_prompt(prompt: str, encode, decode) -> str:
         flush=True,
     )
     return "".join(c for c in prompt if c not in outside)
+
+
+def restore(restore_fn, workdir: str, step: int | None):
+    """``restore_fn(step)`` for ``--step`` (or the newest checkpoint, falling back to older
+    ones with a warning when the newest is damaged; nothing is moved: a training job may
+    be using the workdir)."""
+    chosen = checkpoint_step(workdir, step)
+    steps = [chosen] if step is not None else list(reversed(checkpoint_steps(workdir)))
+    failures = []
+    for s in steps:
+        try:
+            out = restore_fn(s)
+        except Exception as e:  # a damaged step: try the next older one
+            from seqjax.train import checkpoint
+
+            failures.append(f"step {s}: {checkpoint._reason(e)}")
+            continue
+        for line in failures:
+            print(f"warning: skipped checkpoint {line}", file=sys.stderr, flush=True)
+        return out
+    raise InputError(
+        f"no checkpoint in {Path(workdir) / 'checkpoints'} restores: " + "; ".join(failures)
+    )

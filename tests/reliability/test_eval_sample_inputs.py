@@ -120,3 +120,25 @@ def test_cli_no_checkpoint(tmp_path, helpers, corpus):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2 and "Traceback" not in out
     assert "not a seqjax training workdir" in out
+
+
+def test_restore_falls_back_past_a_damaged_newest(fake_workdir, capsys):
+    def restore_fn(step):
+        if step == 10:
+            raise ValueError("OUT_OF_RANGE: truncated file\nmore detail")
+        return ("run", "state", step)
+
+    assert cli_inputs.restore(restore_fn, str(fake_workdir), None) == ("run", "state", 5)
+    err = capsys.readouterr().err
+    assert "skipped checkpoint step 10: ValueError: OUT_OF_RANGE: truncated file" in err
+    assert (fake_workdir / "checkpoints" / "10").exists()  # nothing moved by a reader
+    msg = _input_error(cli_inputs.restore, restore_fn, str(fake_workdir), 10)  # no fallback
+    assert "step 10: ValueError: OUT_OF_RANGE" in msg and "step 5" not in msg
+
+
+def test_restore_with_every_checkpoint_damaged(fake_workdir):
+    def restore_fn(step):
+        raise KeyError(f"state {step}")
+
+    msg = _input_error(cli_inputs.restore, restore_fn, str(fake_workdir), None)
+    assert "no checkpoint" in msg and "step 10: KeyError" in msg and "step 5: KeyError" in msg
