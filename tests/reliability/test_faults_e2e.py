@@ -147,3 +147,19 @@ def test_sample_on_a_trained_workdir(helpers, corpus, tmp_path):
     out = _ok(proc)
     assert "'é'" in out and "outside the model's vocabulary" in out
     assert proc.stdout.startswith("def ")
+    evaluate = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "seqjax.evaluate",
+            f"--workdir={tmp_path}",
+            "--max_batches=2",
+            "--step=2",
+        ],  # fmt: skip
+        env=helpers.subprocess_env(corpus),
+        cwd=helpers.repo,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert '"step": 2' in _ok(evaluate)
