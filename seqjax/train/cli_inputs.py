@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 import sys
-from pathlib import Path
+
+from etils import epath
 
 
 class InputError(ValueError):
@@ -16,7 +17,7 @@ class InputError(ValueError):
 
 
 def checkpoint_steps(workdir: str) -> list[int]:
-    d = Path(workdir) / "checkpoints"
+    d = epath.Path(workdir) / "checkpoints"
     if not d.is_dir():
         return []
     return sorted(int(p.name) for p in d.iterdir() if p.is_dir() and p.name.isdigit())
@@ -24,7 +25,7 @@ def checkpoint_steps(workdir: str) -> list[int]:
 
 def checkpoint_step(workdir: str, step: int | None) -> int:
     """The checkpoint step to restore (``step`` or the newest); checks the workdir first."""
-    work = Path(workdir).expanduser()
+    work = epath.Path(workdir).expanduser()
     if not work.exists():
         raise InputError(f"--workdir={workdir} does not exist")
     if not work.is_dir():
@@ -110,5 +111,5 @@ def restore(restore_fn, workdir: str, step: int | None):
             print(f"warning: skipped checkpoint {line}", file=sys.stderr, flush=True)
         return out
     raise InputError(
-        f"no checkpoint in {Path(workdir) / 'checkpoints'} restores: " + "; ".join(failures)
+        f"no checkpoint in {epath.Path(workdir) / 'checkpoints'} restores: " + "; ".join(failures)
     )

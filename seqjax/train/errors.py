@@ -48,7 +48,9 @@ def newest_checkpoint(workdir: str | None) -> int | None:
     """Newest finalized checkpoint step on disk (a folder named by its step), or None."""
     if not workdir:
         return None
-    d = Path(workdir) / "checkpoints"
+    from etils import epath
+
+    d = epath.Path(workdir) / "checkpoints"
     try:
         steps = [int(p.name) for p in d.iterdir() if p.is_dir() and p.name.isdigit()]
     except OSError:
@@ -60,7 +62,7 @@ def _kept(workdir: str | None) -> str:
     step = newest_checkpoint(workdir)
     if step is None:
         return "no checkpoint was saved yet"
-    return f"the newest complete checkpoint is step {step} in {Path(workdir) / 'checkpoints'}"
+    return f"the newest complete checkpoint is step {step} in {workdir}/checkpoints"
 
 
 def disk_full_message(e: BaseException, workdir: str | None) -> str | None:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import logging
 import math
-from pathlib import Path
+
+from etils import epath
 
 from seqjax.train import config_validation
 
@@ -115,7 +116,7 @@ def check(config, workdir: str) -> None:
 
     Does nothing for a workdir without checkpoints; logs the allowed differences.
     """
-    work = Path(workdir)
+    work = epath.Path(workdir)
     ckpt_dir = work / "checkpoints"
     if not ckpt_dir.is_dir() or not any(p.name.isdigit() for p in ckpt_dir.iterdir()):
         return

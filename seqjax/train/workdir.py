@@ -37,8 +37,24 @@ def _describe(holder: dict) -> str:
     )
 
 
-def check_usable(workdir: str, *, create: bool = True) -> Path:
-    """Raises ``WorkdirError`` unless ``workdir`` is (or can be made) a writable folder."""
+def is_remote(workdir: str) -> bool:
+    """A ``gs://``-style path (no local permissions, no ``flock``)."""
+    return "://" in str(workdir)
+
+
+def check_usable(workdir: str, *, create: bool = True):
+    """Raises ``WorkdirError`` unless ``workdir`` is (or can be made) a writable folder.
+
+    Remote paths (``gs://...``) are only checked for being a folder (made if missing).
+    """
+    if is_remote(workdir):
+        from etils import epath
+
+        remote = epath.Path(workdir)
+        if remote.exists() and not remote.is_dir():
+            raise WorkdirError(f"--workdir={workdir} is a file, not a folder; give a folder path")
+        remote.mkdir(parents=True, exist_ok=True)
+        return remote
     path = Path(workdir).expanduser()
     if path.exists() and not path.is_dir():
         raise WorkdirError(f"--workdir={workdir} is a file, not a folder; give a folder path")
@@ -166,6 +182,13 @@ def acquire_for_job(workdir: str) -> WorkdirLock | None:
     """
     import jax
 
+    if is_remote(workdir):
+        logging.warning(
+            "workdir %s is remote: no lock against a second job on it (flock needs a local "
+            "or NFS path); make sure only one job uses it",
+            workdir,
+        )
+        return None
     lock, message = None, ""
     if jax.process_index() == 0:
         try:

@@ -67,3 +67,13 @@ def test_main_refuses_a_locked_workdir(helpers, corpus, tmp_path):
     assert "Traceback" not in out
     assert f"pid {os.getpid()}" in out and "in use by another job" in out
     assert not (tmp_path / "checkpoints").exists()
+
+
+def test_remote_workdir_is_not_locked_locally(caplog):
+    """gs:// workdirs: no local folder or lock file is made (flock needs a local/NFS path)."""
+    import logging
+
+    with caplog.at_level(logging.WARNING):
+        assert workdir_lib.acquire_for_job("gs://bucket/run") is None
+    assert "no lock" in caplog.text
+    assert not os.path.exists("gs:")
