@@ -157,6 +157,9 @@ def info(cfg) -> DataInfo:
         sizes = {s: len(store.tokens(key, s, "chars")) for s in SPLITS}
     if cfg.lm_batching == "random" and sizes["train"] <= int(cfg.seq_len) + 1:
         raise DataError(_too_short(cfg, "train", sizes["train"], int(cfg.seq_len) + 2))
+    for split in ("validation", "test"):  # evaluated after training: fail now, not then
+        if sizes[split] < 2:
+            raise DataError(_too_short(cfg, split, sizes[split], 2))
     return DataInfo(
         task="lm",
         vocab_size=vocab.size,

@@ -61,6 +61,16 @@ def test_data_shorter_than_one_sequence(tiny, tmp_path):
     _fails_with(cfg, tmp_path / "w", ["train split", "config.data.seq_len=32", str(path)])
 
 
+def test_evaluation_split_without_a_target(tiny, tmp_path):
+    """30 characters: train (27) fits seq_len=8, but validation (5%) has 1 token: fail before
+    training, not at the first evaluation."""
+    path = tmp_path / "tiny.txt"
+    path.write_text("abcdefghij" * 3)
+    cfg = tiny(**{"data.path": str(path), "data.data_dir": str(tmp_path / "tfds"),
+                  "data.seq_len": 8})  # fmt: skip
+    _fails_with(cfg, tmp_path / "w", ["validation split", "more text"])
+
+
 def test_data_not_utf8_with_chars_vocab(tiny, tmp_path):
     path = tmp_path / "latin1.txt"
     path.write_bytes(("caf\xe9 au lait\n" * 400).encode("latin-1"))
