@@ -18,7 +18,3 @@ _spec.loader.exec_module(_train)
 corpus = _train.corpus
 helpers = _train.helpers
 reference_losses = _train.reference_losses
-
-
-def no_traceback(text: str) -> bool:
-    return "Traceback (most recent call last)" not in text
