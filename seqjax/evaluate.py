@@ -126,8 +126,15 @@ def evaluate(run, params, split: str, *, max_batches: int = 0) -> dict:
 
 
 def main(argv):
+    """Runs ``_main`` with one-sentence errors (exit 2) and tracebacks only for bugs."""
+    from seqjax.train import errors
+
+    errors.run_cli(_main, argv, flags.FLAGS.workdir)
+
+
+def _main(argv):
     del argv
-    from seqjax.train import setup
+    from seqjax.train import cli_inputs, setup
 
     f = flags.FLAGS
     overrides = {
@@ -136,7 +143,13 @@ def main(argv):
         "clamp_len": f.clamp_len,
         "same_length": None if f.same_length is None else f.same_length == "true",
     }
-    run, state, step = setup.restore_latest(f.workdir, eval_overrides=overrides)
+    if f.max_batches < 0:
+        raise cli_inputs.InputError(f"--max_batches={f.max_batches}; valid: >= 0 (0 = all)")
+    run, state, step = cli_inputs.restore(
+        lambda s: setup.restore_latest(f.workdir, eval_overrides=overrides, step=s),
+        f.workdir,
+        f.step,
+    )
     result = evaluate(run, state["params"], f.split, max_batches=f.max_batches)
     extra = {"eval_lengths": state_lib.eval_lengths(run.config)} if run.is_xl else {}
     print(json.dumps({"step": step, "split": f.split, **result, **extra}))
@@ -152,8 +165,11 @@ def cli():
     flags.DEFINE_integer("mem_len", None, "Transformer-XL: memory length at evaluation.")
     flags.DEFINE_integer("clamp_len", None, "Transformer-XL: clamp relative distances (-1 off).")
     flags.DEFINE_enum("same_length", None, ["true", "false"], "Transformer-XL: same_length.")
+    flags.DEFINE_integer("step", None, "Checkpoint step to evaluate (default: the newest).")
     flags.mark_flag_as_required("workdir")
-    app.run(main)
+    from seqjax.train import errors
+
+    app.run(main, flags_parser=errors.parse_flags)
 
 
 if __name__ == "__main__":

@@ -214,15 +214,32 @@ def sample_text(run, params, prompt: str, length: int, *, temperature=1.0, seed=
 
 
 def main(argv):
+    """Runs ``_main`` with one-sentence errors (exit 2) and tracebacks only for bugs."""
+    from seqjax.train import errors
+
+    errors.run_cli(_main, argv, flags.FLAGS.workdir)
+
+
+def _main(argv):
     del argv
-    from seqjax.train import setup
+    from seqjax.train import cli_inputs, setup
 
     f = flags.FLAGS
-    run, state, step = setup.restore_latest(f.workdir)
-    text = sample_text(
-        run, state["params"], f.prompt, f.length, temperature=f.temperature, seed=f.seed
+    cli_inputs.check_sampling_flags(f.length, f.temperature)
+    run, state, step = cli_inputs.restore(
+        lambda s: setup.restore_latest(f.workdir, step=s), f.workdir, f.step
     )
-    print(f.prompt + text)
+    if run.task != "lm":
+        raise cli_inputs.InputError(
+            f"--workdir={f.workdir} trained a {run.task} model; sampling needs a language model"
+        )
+    prompt = cli_inputs.usable_prompt(f.prompt, run.info.encode, run.info.decode) or "\n"
+    n_prompt = len(run.info.encode(prompt))
+    cli_inputs.check_window(n_prompt, f.length, int(run.model_cfg.max_len), run.is_xl)
+    text = sample_text(
+        run, state["params"], prompt, f.length, temperature=f.temperature, seed=f.seed
+    )
+    print(prompt + text)
 
 
 def cli():
@@ -232,8 +249,11 @@ def cli():
     flags.DEFINE_integer("length", 200, "Number of characters/tokens to generate.")
     flags.DEFINE_float("temperature", 0.8, "Softmax temperature (0 = greedy).")
     flags.DEFINE_integer("seed", 0, "Sampling seed.")
+    flags.DEFINE_integer("step", None, "Checkpoint step to sample from (default: the newest).")
     flags.mark_flag_as_required("workdir")
-    app.run(main)
+    from seqjax.train import errors
+
+    app.run(main, flags_parser=errors.parse_flags)
 
 
 if __name__ == "__main__":

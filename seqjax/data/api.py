@@ -11,13 +11,16 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import math
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
 from seqjax.data import listops, pipeline, store
 from seqjax.data.config import CLASSIFICATION_DATASETS, DATASETS
+from seqjax.data.sources import DataError
 from seqjax.data.vocab import Vocab
 
 SPLITS = ("train", "validation", "test")
@@ -54,10 +57,10 @@ class DataInfo:
 
 
 def _check(cfg) -> None:
-    """Raises one clear ValueError for a bad `config.data` field."""
+    """Raises one clear ValueError (`DataError`) for a bad `config.data` field."""
 
     def bad(field, value, valid):
-        raise ValueError(f"config.data.{field}={value!r} is invalid; valid: {valid}.")
+        raise DataError(f"config.data.{field}={value!r} is invalid; valid: {valid}.")
 
     if cfg.name not in DATASETS:
         bad("name", cfg.name, ", ".join(DATASETS))
@@ -145,11 +148,18 @@ def info(cfg) -> DataInfo:
             decode=dec,
             **common,
         )
+    if cfg.vocab == "chars":
+        _check_decodable(cfg, key, meta)
     vocab: Vocab = store.vocab(key, cfg.vocab)
     if cfg.vocab == "bytes":
         sizes = dict(meta["num_bytes"])
     else:
         sizes = {s: len(store.tokens(key, s, "chars")) for s in SPLITS}
+    if cfg.lm_batching == "random" and sizes["train"] <= int(cfg.seq_len) + 1:
+        raise DataError(_too_short(cfg, "train", sizes["train"], int(cfg.seq_len) + 2))
+    for split in ("validation", "test"):  # evaluated after training: fail now, not then
+        if sizes[split] < 2:
+            raise DataError(_too_short(cfg, split, sizes[split], 2))
     return DataInfo(
         task="lm",
         vocab_size=vocab.size,
@@ -161,6 +171,40 @@ def info(cfg) -> DataInfo:
         decode=vocab.decode,
         **common,
     )
+
+
+def _what(cfg) -> str:
+    return f"config.data.path={cfg.path!r}" if cfg.name == "text_file" else cfg.name
+
+
+def _too_short(cfg, split: str, n: int, need: int) -> str:
+    share = {"train": "90%", "validation": "5%", "test": "5%"}[split]
+    return (
+        f"{_what(cfg)}: its {split} split ({share} of the data) has {n:,} tokens, fewer than "
+        f"the {need:,} that one sequence of config.data.seq_len={int(cfg.seq_len)} needs; use "
+        "more text or a smaller config.data.seq_len."
+    )
+
+
+def _check_decodable(cfg, key, meta: dict) -> None:
+    """vocab='chars' needs UTF-8: invalid bytes would silently become U+FFFD characters."""
+    paths = getattr(key.config, "paths", None) if key.config is not None else None
+    for path in paths or ():
+        data = Path(path).read_bytes()
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise DataError(
+                f"{path} is not valid UTF-8 (byte {e.start:,}: {data[e.start : e.start + 4]!r}), "
+                "so config.data.vocab='chars' would turn such bytes into U+FFFD characters; set "
+                "config.data.vocab=bytes (one token per byte), or convert the file to UTF-8."
+            ) from None
+    if not paths and 0xFFFD in meta.get("char_vocab", ()):
+        logging.warning(
+            "%s has invalid UTF-8 (decoded as U+FFFD) with config.data.vocab='chars'; "
+            "config.data.vocab=bytes keeps every byte",
+            cfg.name,
+        )
 
 
 def _imdb_encode(text: str) -> np.ndarray:
@@ -245,19 +289,21 @@ def make(cfg, *, split: str, process_index: int = 0, process_count: int = 1, tra
         if cfg.lm_batching == "stream":
             L = pipeline.LMStreams.stream_len(n, B, train)
             if (L // T if train else L) < 1:
-                raise ValueError(
-                    f"{name}/{split} has {n:,} tokens: too few for {B} streams of at least "
-                    f"seq_len={T} tokens; lower config.data.batch_size or seq_len."
+                raise DataError(
+                    f"{_what(cfg)}/{split} has {n:,} tokens: too few for {B} streams of at "
+                    f"least seq_len={T} tokens; lower config.data.batch_size or seq_len."
                 )
             maker = pipeline.LMStreams(tokens, T, train, *layout)
             num_steps = None if train else math.ceil(L / T)
         elif train:
             if n <= T + 1:
-                raise ValueError(f"{name}/{split} has {n} tokens, fewer than seq_len+2={T + 2}.")
+                raise DataError(_too_short(cfg, split, n, T + 2))
             maker = pipeline.LMRandomWindows(tokens, T, int(cfg.seed), *layout)
             num_steps = None
         else:
             windows = pipeline.LMEvalWindows.num_windows(n, T)
+            if n < 2:
+                raise DataError(_too_short(cfg, split, n, 2))
             maker = pipeline.LMEvalWindows(tokens, T, *layout)
             num_steps = math.ceil(windows / B)
     return pipeline.DataIterator(

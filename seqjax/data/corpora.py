@@ -171,16 +171,26 @@ def text_file_config(path: str, *, accept_checksum_mismatch: bool) -> TextFileCo
       ChecksumMismatchError: a known file (e.g. tiny shakespeare) has other bytes.
     """
     if not path:
-        raise ValueError(
+        raise sources.DataError(
             "config.data.path is empty: name='text_file' needs the text file(s) to read, e.g. "
             "--config.data.path=../shared/data/tinyshakespeare/input.txt (comma-separated for "
             "several files)."
         )
     paths = tuple(str(Path(os.path.expanduser(p.strip())).resolve()) for p in path.split(","))
     for p in paths:
+        if Path(p).is_dir():
+            raise sources.DataError(
+                f"seqjax.data 'text_file': {p} is a folder, not a file (from config.data.path="
+                f"{path!r}); name the text file(s), comma-separated for several."
+            )
         if not Path(p).is_file():
             raise sources.SourceMissingError(
                 f"seqjax.data 'text_file': {p} does not exist (from config.data.path={path!r})."
+            )
+        if Path(p).stat().st_size == 0:
+            raise sources.DataError(
+                f"seqjax.data 'text_file': {p} is empty (0 bytes; from config.data.path="
+                f"{path!r}); give a file with the training text."
             )
     for p in paths:
         sources.check_sha256(p, accept_mismatch=accept_checksum_mismatch)

@@ -15,6 +15,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 
+class DataError(ValueError):
+    """The data named by `config.data` cannot be used (the message names the file and the fix)."""
+
+
 class SourceMissingError(FileNotFoundError):
     """A source file is neither in `manual_dir` nor downloadable."""
 

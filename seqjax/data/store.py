@@ -127,12 +127,21 @@ def builder(key: DatasetKey) -> tfds.core.DatasetBuilder:
     # this at once: the first prepares, the others wait for it and then reuse its files
     # (the builder is created under the lock so that it reads the finished dataset's info).
     with _prepare_lock(key.data_dir, key.tfds_name):
-        b = _BUILDERS[key.tfds_name](data_dir=key.data_dir, **_builder_kwargs(key))
-        b.download_and_prepare(
-            download_config=tfds.download.DownloadConfig(manual_dir=key.options.manual_dir)
-        )
+        existed = os.path.isdir(_prepared_dir(key))
+        try:
+            b = _BUILDERS[key.tfds_name](data_dir=key.data_dir, **_builder_kwargs(key))
+            b.download_and_prepare(
+                download_config=tfds.download.DownloadConfig(manual_dir=key.options.manual_dir)
+            )
+            meta = dict(b.info.metadata)  # read lazily: a damaged metadata.json fails here
+        except (sources.DataError, sources.SourceMissingError, sources.ChecksumMismatchError):
+            raise
+        except Exception as e:  # a damaged dataset_info.json / metadata.json of a prepared set
+            if not existed:
+                raise
+            raise corrupt_cache_error(key, e) from e
     sources.check_prepared(
-        dict(b.info.metadata),
+        meta,
         dataset=key.tfds_name.removeprefix("seqjax_"),
         accept_mismatch=key.options.accept_checksum_mismatch,
         where=str(b.data_dir),
@@ -166,11 +175,30 @@ def vocab(key: DatasetKey, kind: str) -> vocab_lib.Vocab:
     return vocab_lib.Vocab("chars", tuple(meta["char_vocab"]), bool(meta["char_unk"]))
 
 
+def _prepared_dir(key: DatasetKey) -> str:
+    """The folder of `key`'s prepared files (`data_dir/name/config/version`)."""
+    parts = [key.data_dir, key.tfds_name] + ([key.config_name] if key.config_name else [])
+    return os.path.join(*parts)
+
+
+def corrupt_cache_error(key: DatasetKey, e: BaseException) -> sources.DataError:
+    """A `DataError` naming the prepared folder to delete when its files cannot be read."""
+    first = (str(e).strip().splitlines() or [""])[0][:300]
+    return sources.DataError(
+        f"the prepared data in {_prepared_dir(key)} cannot be read ({type(e).__name__}: "
+        f"{first}); the cache is corrupt or incomplete: delete that folder and rerun to "
+        "prepare it again from the source."
+    )
+
+
 @functools.lru_cache(maxsize=6)
 def tokens(key: DatasetKey, split: str, kind: str) -> np.ndarray:
     """A whole LM split as token ids `[n]` (uint8 for bytes, uint16 for chars)."""
     src = source(key, split)
-    records = src.__getitems__(list(range(len(src))))
+    try:
+        records = src.__getitems__(list(range(len(src))))
+    except Exception as e:  # array_record/Riegeli errors of damaged files
+        raise corrupt_cache_error(key, e) from e
     records.sort(key=lambda r: int(r["index"]))
     data = np.concatenate([np.asarray(r["bytes"], dtype=np.uint8) for r in records])
     ids = vocab(key, kind).ids_from_bytes(data)

@@ -9,10 +9,22 @@ checks this with ``kill -9``).
 
 from __future__ import annotations
 
+import datetime
 import logging
 
+import jax
 import orbax.checkpoint as ocp
 from etils import epath
+
+
+class CheckpointError(RuntimeError):
+    """No checkpoint in the workdir restores (the message lists each one and why)."""
+
+
+def _reason(e: BaseException) -> str:
+    """``Type: first line`` of an exception (Orbax/TensorStore messages run for pages)."""
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[0][:300] if lines else ''}".rstrip(": ")
 
 
 class Checkpointer:
@@ -63,6 +75,63 @@ class Checkpointer:
             ),
         )
         return out["state"], out["data"]
+
+    def restore_newest(self, abstract_state):
+        """Restores the newest checkpoint that restores: ``(step, state, data_state)``.
+
+        A damaged newest checkpoint (a truncated array file, an emptied ``data/metadata``,
+        a deleted ``state/``) no longer blocks the resume: it is skipped with a warning
+        that says why, and once an older one has restored, every skipped one is moved
+        aside to ``<workdir>/damaged_checkpoints/`` (never deleted). When none restores,
+        nothing is moved and ``CheckpointError`` lists each step and its error (a config
+        that changed the model's shape fails every checkpoint alike).
+
+        Returns:
+          ``(None, None, None)`` when the workdir has no complete checkpoint.
+        """
+        skipped: list[tuple[int, str]] = []
+        for step in sorted(self.manager.all_steps(), reverse=True):
+            try:
+                state, data_state = self.restore(step, abstract_state)
+            except Exception as e:  # any failure to read means the step is unusable
+                reason = _reason(e)
+                logging.warning("checkpoint: step %d in %s does not restore (%s)",
+                                step, self.directory, reason)  # fmt: skip
+                skipped.append((step, reason))
+                continue
+            for bad, reason in skipped if jax.process_index() == 0 else ():
+                where = self.move_aside(bad)
+                logging.warning("checkpoint: skipped step %d (%s); moved it to %s and resumed "
+                                "from step %d", bad, reason, where, step)  # fmt: skip
+            if skipped:
+                if jax.process_count() > 1:  # the others reload after process 0 moved them
+                    from jax.experimental import multihost_utils
+
+                    multihost_utils.sync_global_devices("seqjax_checkpoint_move_aside")
+                self.manager.reload()
+            return step, state, data_state
+        if skipped:
+            lines = "\n  - ".join(f"step {s}: {r}" for s, r in skipped)
+            raise CheckpointError(
+                f"no checkpoint in {self.directory} restores:\n  - {lines}\n"
+                "If the config changed the model, use a new --workdir (or the old config); "
+                "otherwise move the damaged step folders away and rerun."
+            )
+        return None, None, None
+
+    def move_aside(self, step: int) -> epath.Path:
+        """Moves ``checkpoints/<step>`` to ``damaged_checkpoints/<step>.<utc time>``."""
+        src = self.directory / str(step)
+        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
+        dest_dir = self.directory.parent / "damaged_checkpoints"
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        dest = dest_dir / f"{step}.{stamp}"
+        n = 0
+        while dest.exists():
+            n += 1
+            dest = dest_dir / f"{step}.{stamp}.{n}"
+        src.rename(dest)
+        return dest
 
     def restore_config(self, step: int) -> dict:
         """The config saved with ``step`` (a plain dict)."""

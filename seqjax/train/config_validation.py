@@ -7,7 +7,12 @@ and what would be valid.
 
 from __future__ import annotations
 
+import functools
+import math
+import numbers
+
 import jax
+import jax.numpy as jnp
 
 from seqjax import attention as attention_lib
 from seqjax.data.config import CLASSIFICATION_DATASETS, DATASETS, LM_DATASETS
@@ -112,7 +117,15 @@ def validate(config, *, num_devices: int | None = None, process_count: int | Non
     try:
         dp_data, dp_fsdp, tp = sharding.resolve_mesh_shape(config.mesh, num_devices)
         dp = dp_data * dp_fsdp
-        if d.batch_size % dp:
+        if num_devices % (dp * tp):
+            bad("mesh", dict(config.mesh),
+                f"axis sizes whose product divides the {num_devices} devices "
+                f"({', '.join(str(k) for k in range(1, num_devices + 1) if num_devices % k == 0)})"
+                f"; data={dp_data} x fsdp={dp_fsdp} x tensor={tp} = {dp * tp} would leave "
+                f"{num_devices - dp * tp} idle (-1 = the rest)")  # fmt: skip
+        elif not isinstance(d.batch_size, int) or d.batch_size < 1:
+            pass  # reported below
+        elif d.batch_size % dp:
             bad("data.batch_size", d.batch_size,
                 f"a multiple of the data-parallel size mesh.data*mesh.fsdp = {dp}")  # fmt: skip
         elif (d.batch_size // dp) % o.grad_accum_steps:
@@ -122,7 +135,7 @@ def validate(config, *, num_devices: int | None = None, process_count: int | Non
             bad("mesh.tensor", tp, f"a divisor of model.num_heads={m.num_heads}")
     except ValueError as e:
         errors.append(str(e))
-    if d.batch_size % process_count:
+    if isinstance(d.batch_size, int) and d.batch_size % max(process_count, 1):
         bad("data.batch_size", d.batch_size, f"a multiple of the process count {process_count}")
     if t.eval_batch_size and t.eval_batch_size % max(process_count, 1):
         bad("train.eval_batch_size", t.eval_batch_size, "a multiple of the process count")
@@ -175,6 +188,7 @@ def validate(config, *, num_devices: int | None = None, process_count: int | Non
 
     # ---- Transformer-XL
     _validate_xl(config, bad)
+    _validate_values(config, bad, errors)
 
     if errors:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(errors))
@@ -235,3 +249,52 @@ def _validate_xl(config, bad) -> None:
     eval_mem = mem_len if ev.get("mem_len") is None else ev.get("mem_len")
     if same and not eval_mem:
         bad("eval.same_length", same, "False when the evaluation memory length is 0")
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def _validate_values(config, bad, errors: list) -> None:
+    """Sizes, seeds and numbers that must be positive or finite, and every attention
+    option's *value* (traced abstractly, so nothing compiles)."""
+    d, m, o = config.data, config.model, config.optimizer
+    for field in ("batch_size", "seq_len"):
+        if not _is_int(d.get(field)) or d.get(field) < 1:
+            bad(f"data.{field}", d.get(field), "a positive integer")
+    if d.get("max_len") is not None and (not _is_int(d.max_len) or d.max_len < 0):
+        bad("data.max_len", d.max_len, "None/0 (the data set's default) or a positive integer")
+    if not _is_int(d.get("seed")) or not 0 <= d.seed < 2**32:
+        bad("data.seed", d.get("seed"), "an integer 0 <= seed < 2**32")
+    if not _is_int(config.get("seed")) or not 0 <= config.seed < 2**32:
+        bad("seed", config.get("seed"), "an integer 0 <= seed < 2**32")
+    if d.get("vocab") not in ("bytes", "chars"):
+        bad("data.vocab", d.get("vocab"), "'bytes' or 'chars'")
+    if d.get("lm_batching") not in ("random", "stream"):
+        bad("data.lm_batching", d.get("lm_batching"), "'random' or 'stream'")
+    lr = o.get("learning_rate")
+    if isinstance(lr, numbers.Real) and lr > 0 and not math.isfinite(lr):
+        bad("optimizer.learning_rate", lr, "a finite number > 0")
+    t = config.train
+    if not _is_int(t.get("eval_batch_size")) or t.eval_batch_size < 0:
+        bad("train.eval_batch_size", t.get("eval_batch_size"), "an integer >= 0 (0 = batch_size)")
+    temp = t.get("sample_temperature")
+    if not isinstance(temp, numbers.Real) or not math.isfinite(temp) or temp < 0:
+        bad("train.sample_temperature", temp, "a finite number >= 0 (0 = greedy)")
+    if errors or d.name not in DATASETS:
+        return  # option values are probed only on an otherwise valid config
+    options = m.get("attention_options") or {}
+    length = input_length(config)
+    heads = m.num_heads
+    head_dim = m.head_dim or m.d_model // heads
+    causal = d.name in LM_DATASETS
+    for name in dict.fromkeys(_mechanism_names(m.attention)):
+        mech = attention_lib.spec(name)
+        if mech.module_params or mech.model_params or mech.shared_qk:
+            continue  # those check their option values with their own validate hook
+        opts = dict(options.get(name, {}) or {})
+        q = jax.ShapeDtypeStruct((1, length, heads, head_dim), jnp.float32)
+        try:
+            jax.eval_shape(functools.partial(mech.fn, causal=causal, **opts), q, q, q)
+        except (ValueError, TypeError, NotImplementedError) as e:
+            errors.append(f"config.model.attention_options.{name}={opts}: {e}")

@@ -87,12 +87,11 @@ def train_and_evaluate(config, workdir: str) -> dict:
         process_count=jax.process_count(),
         train=True,
     )
-    latest = ckpt.latest_step()
+    latest, state, data_state = ckpt.restore_newest(run.abstract)  # skips damaged ones
     if latest is None:
         state = run.init()
         logging.info("starting from scratch in %s", workdir)
     else:
-        state, data_state = ckpt.restore(latest, run.abstract)
         train_iter.set_state(_data_state_for_this_process(data_state))
         logging.info("resumed from the checkpoint of step %d in %s", latest, workdir)
     text = sharding.describe(state, run.shardings, mesh, config.data.batch_size)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 import importlib.metadata
 import json
+import logging
 import math
 import os
 import platform
@@ -62,13 +63,31 @@ class MetricWriter:
         if enabled:
             from tensorboardX import SummaryWriter
 
-            self._file = open(Path(workdir) / "metrics.jsonl", "a", buffering=1)
+            self._path = Path(workdir) / "metrics.jsonl"
+            self._file = open(self._path, "a", buffering=1)
             self._tb = SummaryWriter(str(Path(workdir) / "tensorboard"))
+
+    def _reopen_if_moved(self) -> None:
+        """Reopens ``metrics.jsonl`` when it was deleted or rotated (renamed) since opened.
+
+        Otherwise every later line would go to the unlinked (or renamed) file and the run
+        would end without a metrics file under its name.
+        """
+        try:
+            same = os.stat(self._path).st_ino == os.fstat(self._file.fileno()).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:
+            logging.warning("%s was deleted or moved during the run; writing a new one",
+                            self._path)  # fmt: skip
+            self._file.close()
+            self._file = open(self._path, "a", buffering=1)
 
     def write(self, step: int, metrics: dict, prefix: str = "") -> None:
         if not self.enabled:
             return
         clean = {prefix + k: float(v) for k, v in metrics.items()}
+        self._reopen_if_moved()
         self._file.write(json.dumps({"step": int(step), "time": time.time(), **clean}) + "\n")
         for k, v in clean.items():
             self._tb.add_scalar(k, v, step)

@@ -103,7 +103,9 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(json.loads(path.read_text()))
 
 
-def restore_latest(workdir: str, *, single_device: bool = True, eval_overrides=None):
+def restore_latest(
+    workdir: str, *, single_device: bool = True, eval_overrides=None, step: int | None = None
+):
     """Rebuilds a workdir's job and restores its newest complete checkpoint.
 
     Args:
@@ -112,6 +114,7 @@ def restore_latest(workdir: str, *, single_device: bool = True, eval_overrides=N
         sampling on a laptop).
       eval_overrides: ``config.eval`` fields to replace (Transformer-XL evaluation lengths);
         None values keep the saved ones.
+      step: restore this checkpoint step instead of the newest.
 
     Returns:
       ``(run, state, step)``.
@@ -127,7 +130,7 @@ def restore_latest(workdir: str, *, single_device: bool = True, eval_overrides=N
             config.eval[key] = value
     run = build(config, validate=False)
     ckpt = checkpoint.Checkpointer(workdir, max_to_keep=config.train.max_to_keep, async_save=False)
-    step = ckpt.latest_step()
+    step = ckpt.latest_step() if step is None else step
     if step is None:
         raise FileNotFoundError(f"no complete checkpoint under {ckpt.directory}")
     st, _ = ckpt.restore(step, run.abstract)

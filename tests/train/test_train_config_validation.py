@@ -24,6 +24,19 @@ CASES = [
     ({"train.log_every": 0}, ["config.train.log_every", "positive"]),
     ({"mesh.tensor": 3, "mesh.data": 1}, ["config.mesh.tensor", "num_heads=2"]),
     ({"model.ff_chunk_size": 5}, ["config.model.ff_chunk_size", "divisor"]),
+    # issue 16: every field that can be wrong
+    ({"data.batch_size": 0}, ["config.data.batch_size=0", "positive integer"]),
+    ({"data.batch_size": -8}, ["config.data.batch_size=-8", "positive integer"]),
+    ({"data.seq_len": 0}, ["config.data.seq_len=0", "positive integer"]),
+    ({"data.seq_len": -4}, ["config.data.seq_len=-4", "positive integer"]),
+    ({"data.seed": -1}, ["config.data.seed=-1", "0 <= seed < 2**32"]),
+    ({"seed": -3}, ["config.seed=-3", "0 <= seed"]),
+    ({"data.vocab": "words"}, ["config.data.vocab='words'", "'bytes' or 'chars'"]),
+    ({"optimizer.learning_rate": float("inf")}, ["config.optimizer.learning_rate", "finite"]),
+    ({"optimizer.learning_rate": float("nan")}, ["config.optimizer.learning_rate", "> 0"]),
+    ({"mesh.data": 3}, ["config.mesh", "divides the 8 devices", "1, 2, 4, 8", "5 idle"]),
+    ({"train.sample_temperature": -1.0}, ["config.train.sample_temperature", ">= 0"]),
+    ({"train.eval_batch_size": -2}, ["config.train.eval_batch_size", ">= 0"]),
 ]
 
 
@@ -70,3 +83,30 @@ def test_train_rejects_before_compiling(helpers, corpus, tmp_path, monkeypatch):
     with pytest.raises(config_validation.ConfigError, match="config.model.attention"):
         loop.train_and_evaluate(config, str(tmp_path))
     assert not (tmp_path / "checkpoints").exists()
+
+
+def test_mesh_not_dividing_devices_does_not_blame_the_batch(helpers, corpus):
+    config = helpers.tiny_config(corpus)
+    _set(config, "mesh.data", 3)
+    with pytest.raises(config_validation.ConfigError) as e:
+        config_validation.validate(config, num_devices=8, process_count=1)
+    assert "config.mesh" in str(e.value) and "config.data.batch_size" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "name,option,value,expected",
+    [
+        ("dense", "implementation", "magic", ["attention_options.dense", "'magic'", "chunked"]),
+        ("dense", "implementation", "cudnn", ["attention_options.dense", "NVIDIA GPU"]),
+    ],
+)
+def test_attention_option_values_are_checked(helpers, corpus, name, option, value, expected):
+    """Option *values* are checked by tracing the mechanism abstractly (nothing compiles)."""
+    if value == "cudnn" and jax.default_backend() == "gpu":
+        pytest.skip("cudnn is a valid implementation on a GPU backend")
+    config = helpers.tiny_config(corpus)
+    config.model.attention_options[name][option] = value
+    with pytest.raises(config_validation.ConfigError) as e:
+        config_validation.validate(config, num_devices=8, process_count=1)
+    for text in expected:
+        assert text in str(e.value), str(e.value)
