@@ -46,8 +46,8 @@ HIGHER_ORDER_MESSAGE = (
     "blockwise attention (dense implementation='chunked', or 'auto' on long sequences; "
     "block-sparse implementation='blocksparse') supports first-order reverse mode only "
     "(jax.grad/jax.vjp); for forward mode (jvp, jacfwd) or second-order derivatives "
-    "(grad of grad, hessian) use dense implementation=\"reference\" (block-sparse: "
-    "implementation=\"masked\")"
+    '(grad of grad, hessian) use dense implementation="reference" (block-sparse: '
+    'implementation="masked")'
 )
 
 
