@@ -57,12 +57,17 @@ except ImportError:  # pragma: no cover
     _JVPTracer = ()
 
 
+def forward_mode_active(*xs) -> bool:
+    """True when ``xs`` carry forward-mode tangents (``jax.jvp``/``jax.jacfwd``) at trace
+    time. Functions with a ``custom_vjp`` check it to raise a message that names the way out
+    (JAX itself fails only when lowering a jitted program). With direct linearization
+    (JAX's default) reverse mode never traces a ``JVPTracer``, so ``grad`` is unaffected."""
+    return bool(jax.config.jax_use_direct_linearize and any(isinstance(x, _JVPTracer) for x in xs))
+
+
 def _check_not_forward_mode(*xs) -> None:
-    """Raises ``NotImplementedError(HIGHER_ORDER_MESSAGE)`` when ``xs`` carry forward-mode
-    tangents (``jax.jvp``/``jax.jacfwd``), at trace time: JAX itself would only fail when
-    lowering a jitted program, with a message that names no way out. With direct
-    linearization (JAX's default) first-order reverse mode never traces a ``JVPTracer``."""
-    if jax.config.jax_use_direct_linearize and any(isinstance(x, _JVPTracer) for x in xs):
+    """Raises ``NotImplementedError(HIGHER_ORDER_MESSAGE)`` under forward mode."""
+    if forward_mode_active(*xs):
         raise NotImplementedError(HIGHER_ORDER_MESSAGE)
 
 
