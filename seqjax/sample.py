@@ -4,8 +4,12 @@
 
 restores the newest complete checkpoint of a training workdir and prints the prompt
 followed by ``length`` generated characters (tokens). Causal dense attention ("dense" /
-"causal" on every layer) decodes with the model's KV cache, one token per step inside a
-``lax.scan``; other mechanisms recompute the whole window for each new token.
+"causal" on every layer, standard or reversible layers) decodes with the model's KV cache,
+one token per step inside a ``lax.scan``; other mechanisms recompute the window for each
+new token, conditioned on exactly the prefix: the positions after it are masked out as
+keys (``prefix_logits``), never filled with invented tokens. This matters for causal LSH,
+whose outputs depend on later *queries* (``seqjax.attention.lsh``): with the mask, the
+logits at step t are those of the t-token prefix alone, whatever follows t.
 
 Transformer-XL checkpoints decode with the memory as the cache (Dai et al. 2019, §3.2):
 the prompt goes through in segments of the training ``seq_len``, then one token per step,
@@ -24,10 +28,11 @@ import numpy as np
 from absl import app, flags
 
 from seqjax.models import TransformerLM
+from seqjax.models.layers import KV_CACHE_MECHANISMS
 from seqjax.models.transformer_xl import TransformerXL
 from seqjax.train import state as state_lib
 
-CACHED_MECHANISMS = ("dense", "causal")
+CACHED_MECHANISMS = KV_CACHE_MECHANISMS
 
 
 def _pick(logits_V, rng, temperature: float):
@@ -65,10 +70,29 @@ def generate(
         return np.zeros((0,), np.int32)
     rng = jax.random.PRNGKey(seed)
     buf_L = jnp.zeros((max_len,), jnp.int32).at[:p].set(prompt_P)
-    cached = all(name in CACHED_MECHANISMS for name, _ in model_cfg.attention)
+    cached = uses_kv_cache(model_cfg)
     fn = _generate_cached if cached else _generate_windowed
     out = fn(model_cfg, params, buf_L, p, n, float(temperature), rng)
     return np.asarray(out)
+
+
+def uses_kv_cache(model_cfg) -> bool:
+    """True when ``generate`` decodes with the KV cache: causal dense attention on every
+    layer (standard or reversible); otherwise it recomputes the prefix per token."""
+    return model_cfg.causal and all(name in CACHED_MECHANISMS for name, _ in model_cfg.attention)
+
+
+def prefix_logits(model, params, buf_L, i):
+    """Logits ``[V]`` of the token at position ``i`` given exactly ``buf_L[:i]``.
+
+    ``buf_L`` is the ``[L]`` token buffer; positions ``>= i`` are masked out as keys
+    (``TransformerLM``'s ``mask_BT``), so their contents never matter and the result
+    equals the last logits of the ``i``-token prefix run alone, for every mechanism.
+    ``i`` may be traced (one compiled program for every step).
+    """
+    keep_1L = (jnp.arange(buf_L.shape[0]) < i)[None]
+    logits_LV = model.apply({"params": params}, buf_L[None], mask_BT=keep_1L)[0]
+    return jax.lax.dynamic_index_in_dim(logits_LV, i - 1, axis=0, keepdims=False)
 
 
 def _generate_cached(model_cfg, params, buf_L, p, n, temperature, rng):
@@ -96,16 +120,17 @@ def _generate_cached(model_cfg, params, buf_L, p, n, temperature, rng):
 
 
 def _generate_windowed(model_cfg, params, buf_L, p, n, temperature, rng):
-    """No cache: recompute the full causal window for each new token (any mechanism)."""
+    """No cache: recompute the prefix for each new token (any mechanism), conditioned on
+    exactly the prefix (``prefix_logits``)."""
     model = TransformerLM(model_cfg)
 
     @jax.jit
     def run(params, buf_L, rng):
         def body(i, carry):
             buf, rng = carry
-            logits = model.apply({"params": params}, buf[None])[0]
+            logits_V = prefix_logits(model, params, buf, i)
             rng, sub = jax.random.split(rng)
-            return buf.at[i].set(_pick(logits[i - 1], sub, temperature)), rng
+            return buf.at[i].set(_pick(logits_V, sub, temperature)), rng
 
         buf, _ = jax.lax.fori_loop(p, p + n, body, (buf_L, rng))
         return jax.lax.dynamic_slice_in_dim(buf, p, n)

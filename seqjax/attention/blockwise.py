@@ -16,6 +16,16 @@ JAX with a ``custom_vjp``:
 Loops have data-dependent trip counts (``count[i]``), so blocks outside the pattern are
 never computed: causal attention does about half the work of full attention.
 
+Derivatives: first-order reverse mode only (``jax.grad``, ``jax.vjp``, ``jax.value_and_grad``,
+any number of times in sequence). Forward mode (``jax.jvp``, ``jax.jacfwd``,
+``jax.linearize`` of a jvp) is impossible through a ``custom_vjp``, and second-order reverse
+mode (``grad`` of ``grad``, ``jax.hessian``) would have to transpose the dynamic-length loops.
+Both raise ``NotImplementedError(HIGHER_ORDER_MESSAGE)`` at trace time, naming the
+materializing implementations that support every transformation: dense
+``implementation="reference"`` and block-sparse ``implementation="masked"``. Note that dense
+``implementation="auto"`` switches to this engine above ``AUTO_CHUNK_THRESHOLD`` logits per
+head, so Hessian-vector products need ``"reference"`` explicitly.
+
 Legend: B batch, T query length, S key length, H heads, D head dim, bq/bk block sizes,
 nq/nk number of query/key blocks.
 """
@@ -31,6 +41,47 @@ import numpy as np
 from seqjax.attention import masks as masks_lib
 
 MaskFn = Callable[[jax.Array, jax.Array], jax.Array]
+
+HIGHER_ORDER_MESSAGE = (
+    "blockwise attention (dense implementation='chunked', or 'auto' on long sequences; "
+    "block-sparse implementation='blocksparse') supports first-order reverse mode only "
+    "(jax.grad/jax.vjp); for forward mode (jvp, jacfwd) or second-order derivatives "
+    '(grad of grad, hessian) use dense implementation="reference" (block-sparse: '
+    'implementation="masked")'
+)
+
+
+try:  # the tracer type of forward mode; guarded: a private name of the installed JAX
+    from jax._src.interpreters.ad import JVPTracer as _JVPTracer
+except ImportError:  # pragma: no cover
+    _JVPTracer = ()
+
+
+def forward_mode_active(*xs) -> bool:
+    """True when ``xs`` carry forward-mode tangents (``jax.jvp``/``jax.jacfwd``) at trace
+    time. Functions with a ``custom_vjp`` check it to raise a message that names the way out
+    (JAX itself fails only when lowering a jitted program). With direct linearization
+    (JAX's default) reverse mode never traces a ``JVPTracer``, so ``grad`` is unaffected."""
+    return bool(jax.config.jax_use_direct_linearize and any(isinstance(x, _JVPTracer) for x in xs))
+
+
+def _check_not_forward_mode(*xs) -> None:
+    """Raises ``NotImplementedError(HIGHER_ORDER_MESSAGE)`` under forward mode."""
+    if forward_mode_active(*xs):
+        raise NotImplementedError(HIGHER_ORDER_MESSAGE)
+
+
+@jax.custom_jvp
+def _first_order_only(xs):
+    """Identity whose JVP raises: marks computations that must never be differentiated
+    again (the custom VJP's forward and backward passes; see the module docstring)."""
+    return xs
+
+
+@_first_order_only.defjvp
+def _first_order_only_jvp(primals, tangents):
+    del primals, tangents
+    raise NotImplementedError(HIGHER_ORDER_MESSAGE)
 
 
 def dense_table(nq: int, nk: int, bq: int, bk: int, *, causal: bool, offset: int):
@@ -111,6 +162,7 @@ def blockwise_attention(
     Returns:
       ``[B, T, H, Dv]`` in the dtype of ``q`` (and ``lse`` if ``return_lse``).
     """
+    _check_not_forward_mode(q, k, v)
     b, t, h, d = q.shape
     s = k.shape[1]
     bq, bk = block_q, block_k
@@ -168,6 +220,7 @@ def blockwise_attention(
         # Tables become constants here, not in the enclosing trace: a custom_vjp rule must
         # not close over tracers of an outer jit.
         table_j, count_j = jnp.asarray(table), jnp.asarray(count)
+        qp, kp, vp = _first_order_only((qp, kp, vp))  # differentiating this again raises
         dv = vp.shape[-1]
 
         def one_q_block(i):
@@ -211,6 +264,7 @@ def blockwise_attention(
     def backward(res, cotangents):
         qp, kp, vp, aux, out, lse = res
         g, g_lse = cotangents
+        qp, kp, vp, g, g_lse = _first_order_only((qp, kp, vp, g, g_lse))
         t_table_j, t_count_j = jnp.asarray(t_table), jnp.asarray(t_count)
         g = g.astype(jnp.float32)
         # delta_i = rowsum(dO * O) - dlse_i: [B, H, T'] grouped per query block [nq, B, H, bq].
@@ -269,7 +323,12 @@ def blockwise_attention(
         return (out, lse), (qp, kp, vp, aux, out, lse)
 
     attend.defvjp(attend_fwd, backward)
-    out, lse_nBHb = attend(qp, kp, vp, aux)
+    try:
+        out, lse_nBHb = attend(qp, kp, vp, aux)
+    except TypeError as e:  # jvp of a custom_vjp: JAX's message does not name the way out
+        if "forward-mode" in str(e):
+            raise NotImplementedError(HIGHER_ORDER_MESSAGE) from e
+        raise
     out = out[:, :t]
     if not return_lse:
         return out

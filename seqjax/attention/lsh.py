@@ -32,10 +32,22 @@ Choices (documented, tested):
     which makes the real positions' outputs exactly invariant to the padding's contents.
     Sequences whose length is not a multiple of ``chunk_len`` are padded the same way
     internally. ``chunk_len`` longer than T is clipped to T.
-  * Causal LSH never gives weight to a future key, so the gradient of output i with respect
-    to any input at j > i is exactly zero. As in the paper and trax, a future *query* can
-    still move the chunk boundaries (its bucket changes the sorted order), so the set of
-    past keys that a position sees may depend on later positions' hashes.
+  * Padding *length*: the default ``n_buckets`` (2 per chunk, trax's choice) is derived from
+    ``max_len`` when given (models pass their ``max_len``), else from T. With ``max_len``
+    or an explicit ``n_buckets`` the real positions' outputs are also exactly invariant to
+    how many padded positions follow them; with neither, T (padding included) sets K.
+  * Causality, precisely: causal LSH never gives weight to a future key, so output i is
+    unchanged by future *values* and its gradient with respect to any input at j > i is
+    exactly zero. It is NOT unchanged by future *queries*: with shared QK a later position's
+    bucket moves the sorted order and the chunk boundaries, so the set of past keys that
+    position i sees (and so its output) can change when later tokens change (the paper's
+    and trax's definition). A model trained this way is conditioned on sequences as a
+    whole; to condition exactly on a prefix, mask the positions after it as padding (they
+    sort last): the prefix's outputs then equal those of the prefix alone, which is how
+    ``seqjax.sample`` samples LSH models.
+  * Derivatives: reverse mode of any order (the un-sort's custom VJP is a gather, itself
+    differentiable); forward mode (``jvp``, ``jacfwd``, ``jax.hessian``) raises
+    ``NotImplementedError(FORWARD_MODE_MESSAGE)``.
   * Memory: the chunk attention is rematerialized (``jax.checkpoint``) and runs one round
     at a time, so the backward pass keeps only the sorted queries/values, O(n_hashes T D),
     and the transient logits are one round's, O(T chunk_len (1 + n_chunks_before +
@@ -57,8 +69,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from seqjax.attention import blockwise, registry
 from seqjax.attention import masks as masks_lib
-from seqjax.attention import registry
 from seqjax.attention.lsh_hashing import (  # noqa: F401 (part of lsh's API)
     default_n_buckets,
     factor_buckets,
@@ -69,6 +81,11 @@ from seqjax.attention.lsh_hashing import (  # noqa: F401 (part of lsh's API)
 
 SELF_LOGIT = -1e5  # logit of q_i . k_i (Kitaev et al. 2020, §2; trax uses the same value)
 OPTIONS = ("n_hashes", "n_buckets", "chunk_len", "n_chunks_before", "n_chunks_after", "seed")
+FORWARD_MODE_MESSAGE = (
+    "lsh attention supports reverse mode of any order (jax.grad, grad of grad, "
+    "jax.jacrev(jax.jacrev(f)) for Hessians) but not forward mode (jvp, jacfwd, "
+    "jax.hessian): its un-sort is a custom VJP whose gradient is a gather"
+)
 DEFAULTS = dict(n_hashes=1, n_buckets=None, chunk_len=128, n_chunks_before=1, n_chunks_after=0)
 
 
@@ -92,8 +109,8 @@ def validate_options(options: dict, seq_len: int | None = None) -> None:
             bad(name, "an integer >= 0")
     nb = opts["n_buckets"]
     want = (
-        "None (about 2T/chunk_len), 1 (no hashing), an even integer >= 2, or a tuple of even "
-        "integers >= 2 (factorized hashing, K = their product)"
+        "None (about 2 max_len/chunk_len), 1 (no hashing), an even integer >= 2, or a tuple "
+        "of even integers >= 2 (factorized hashing, K = their product)"
     )
     if isinstance(nb, (list, tuple)):
         if not nb or any(not isinstance(f, (int, np.integer)) or f < 2 or f % 2 for f in nb):
@@ -236,6 +253,7 @@ def lsh_attention(
     n_chunks_after=0,
     seed=0,
     rng=None,
+    max_len=None,
 ):
     """Shared-QK multi-round LSH self-attention (Kitaev et al. 2020, §2; see module doc).
 
@@ -247,12 +265,15 @@ def lsh_attention(
       dropout_rate, dropout_rng: dropout on the attention probabilities.
       scale: logit scale, default ``1/sqrt(D)``.
       n_hashes: hash rounds R.
-      n_buckets: buckets per round K (None: about 2T/chunk_len; 1: no hashing, all in one
-        bucket; a tuple of even factors: factorized hashing with K = their product).
+      n_buckets: buckets per round K (None: about 2 max_len/chunk_len, or 2T/chunk_len
+        without ``max_len``; 1: no hashing, all in one bucket; a tuple of even factors:
+        factorized hashing with K = their product).
       chunk_len: C, positions per chunk of the sorted order.
       n_chunks_before, n_chunks_after: neighbouring chunks each chunk also attends to.
       seed: ``rng = PRNGKey(seed)`` when ``rng`` is None.
       rng: PRNG key of the random rotations (tests and models pass it explicitly).
+      max_len: the longest sequence of the caller (a model's ``max_len``); the default
+        ``n_buckets`` derives from it, so the padded length T never changes the hashing.
 
     Returns:
       ``[B, T, H, Dv]`` in the dtype of ``q``.
@@ -265,6 +286,8 @@ def lsh_attention(
     if v is None:
         raise ValueError("lsh attention needs values v of shape [batch, seq, heads, head_dim]")
     registry.check_qkv(q, None, v, shared_qk=True)
+    if blockwise.forward_mode_active(q, v):
+        raise NotImplementedError(FORWARD_MODE_MESSAGE)
     b, t, h, d = q.shape
     if v.shape[1] != t:
         raise ValueError(
@@ -281,7 +304,9 @@ def lsh_attention(
     c = min(chunk_len, t)
     n = -(-t // c)
     tp = n * c
-    nb = n_buckets if n_buckets is not None else default_n_buckets(t, chunk_len)
+    if max_len is not None and (not isinstance(max_len, (int, np.integer)) or max_len < 1):
+        raise ValueError(f"lsh attention max_len={max_len!r} is invalid; expected an int >= 1")
+    nb = n_buckets if n_buckets is not None else default_n_buckets(max_len or t, chunk_len)
     nb = tuple(nb) if isinstance(nb, (list, tuple)) else nb
     scale = float(scale if scale is not None else 1.0 / np.sqrt(d))
     key_mask = masks_lib.check_key_mask(mask, b, t)
@@ -411,17 +436,21 @@ def fallback_key(seed: int, path) -> jax.Array:
 def _module_params(module, *, q, k, v, options) -> dict:
     """Draws this layer's rotation key in the Flax ``MultiHeadAttention`` scope.
 
-    Order: the ``"lsh"`` RNG stream; else the ``"dropout"`` stream (training without an
-    explicit ``"lsh"`` stream still re-hashes every step); else ``fallback_key(seed, path)``
-    (evaluation and decoding: deterministic, different per layer). The key is drawn once
+    Also passes the module's ``max_len`` (the model's), from which the default
+    ``n_buckets`` is derived. Key order: the ``"lsh"`` RNG stream; else the ``"dropout"``
+    stream (training without an explicit ``"lsh"`` stream still re-hashes every step);
+    else ``fallback_key(seed, path)`` (evaluation and decoding: deterministic, different
+    per layer). The key is drawn once
     per call, so the backward pass uses the same rotations.
     """
     del q, k, v
+    # The model's max_len (not the padded input length) sets the default n_buckets.
+    out = {"max_len": module.max_len} if getattr(module, "max_len", None) else {}
     if module.has_rng("lsh"):
-        return {"rng": module.make_rng("lsh")}
+        return {**out, "rng": module.make_rng("lsh")}
     if module.has_rng("dropout"):
-        return {"rng": module.make_rng("dropout")}
-    return {"rng": fallback_key(int(options.get("seed", 0)), module.path)}
+        return {**out, "rng": module.make_rng("dropout")}
+    return {**out, "rng": fallback_key(int(options.get("seed", 0)), module.path)}
 
 
 def _validate(options: dict, seq_len: int) -> None:

@@ -96,6 +96,8 @@ def relative_attention(
     registry.check_qkv(q, k, v)
     if not causal:
         raise ValueError("relative (Transformer-XL) attention is causal; causal=False is invalid")
+    if dropout_rate > 0.0 and dropout_rng is None:
+        raise ValueError("dropout_rate > 0 needs a dropout_rng")
     b, t, h, d = q.shape
     s = k.shape[1]
     if r.shape[0] != s or r.shape[1:] != (h, d):

@@ -22,6 +22,9 @@ from seqjax import attention as attention_lib
 
 Dtype = Any
 
+# Mechanisms whose one-token-at-a-time KV-cache decoding equals the full causal forward.
+KV_CACHE_MECHANISMS = ("dense", "causal")
+
 
 def freeze_options(options) -> tuple[tuple[str, Any], ...]:
     """Turns an options mapping into a hashable, sorted tuple (Flax module fields)."""
@@ -134,7 +137,11 @@ class MultiHeadAttention(nn.Module):
       out_init_scale: variance multiplier of the output projection (1/(2N) residual scaling).
       dtype: compute dtype; parameters are ``param_dtype``.
       decode: autoregressive decoding with a KV cache ("cache" collection), one token per
-        call; only for mechanisms that attend over explicit keys (dense family).
+        call; only causal attention of the dense family (``KV_CACHE_MECHANISMS``), any other
+        mechanism raises (its outputs are not a function of cached keys alone).
+      max_len: the model's longest sequence, or None. Mechanisms whose defaults depend on
+        the length (LSH's ``n_buckets``) derive them from it, so the padded length of an
+        input never changes them.
     """
 
     num_heads: int
@@ -147,6 +154,7 @@ class MultiHeadAttention(nn.Module):
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
     decode: bool = False
+    max_len: int | None = None
 
     def _proj(self, name: str, x_BTE):
         return HeadsProjection(
@@ -181,6 +189,8 @@ class MultiHeadAttention(nn.Module):
         mech = attention_lib.spec(self.mechanism)
         options = dict(self.options)
         attention_lib.check_options(self.mechanism, options)
+        if self.decode:
+            check_decodable(self.mechanism, self.causal or self.mechanism == "causal")
         x_kv_BSE = x_BTE if x_kv_BSE is None else x_kv_BSE
         q_BTHD = self._proj("query", x_BTE)
         k_BSHD = None if mech.shared_qk else self._proj("key", x_kv_BSE)
@@ -225,6 +235,21 @@ class MultiHeadAttention(nn.Module):
         b, length = ck.value.shape[:2]
         mask_BS = jnp.broadcast_to(jnp.arange(length)[None, :] <= i, (b, length))
         return ck.value, cv.value, mask_BS
+
+
+def check_decodable(mechanism: str, causal: bool) -> None:
+    """Raises ``ValueError`` unless KV-cache decoding of this attention equals the full
+    forward pass (causal attention of a ``KV_CACHE_MECHANISMS`` mechanism)."""
+    if mechanism not in KV_CACHE_MECHANISMS:
+        raise ValueError(
+            f"decode=True (KV-cache decoding) supports attention {KV_CACHE_MECHANISMS}; got "
+            f"{mechanism!r}: run the model without decode (seqjax.sample recomputes the prefix)"
+        )
+    if not causal:
+        raise ValueError(
+            "decode=True (KV-cache decoding) needs causal attention; this model is "
+            "bidirectional (model.causal=False), so one token at a time cannot equal its forward"
+        )
 
 
 class _MlpCore(nn.Module):

@@ -23,8 +23,13 @@ Randomness is recomputed identically: each layer's F and G run in a nested ``app
 explicit RNG keys drawn once in this module's scope (streams ``"dropout"`` and ``"lsh"``),
 and the backward pass passes the very same keys, so dropout masks and LSH rotations match
 the forward pass. Without an ``"lsh"`` stream the rotations of layer i come from the
-``"dropout"`` stream when present, else from the fixed key ``fold_in(PRNGKey(0), i)``
-(deterministic evaluation), mirroring ``seqjax.attention.lsh``'s fallback.
+``"dropout"`` stream when present, else from ``lsh.fallback_key(seed, path of layer i's
+attention)`` with the configured ``attention_options.lsh.seed`` (deterministic evaluation),
+as in the non-reversible layers.
+
+Decoding: at inference a reversible layer is two ordinary residual sublayers, so with
+``decode=True`` the stack runs them in order with KV-cached attention (no custom VJP);
+one token at a time then equals the full forward pass.
 
 Legend: B batch, T sequence length, E model width.
 """
@@ -36,9 +41,8 @@ from typing import Any
 import flax.linen as nn
 import jax
 
+from seqjax.attention import lsh
 from seqjax.models import layers
-
-FALLBACK_SEED = 0
 
 
 class AttentionHalf(nn.Module):
@@ -47,6 +51,7 @@ class AttentionHalf(nn.Module):
     cfg: Any
     layer: int
     causal: bool
+    decode: bool = False
 
     @nn.compact
     def __call__(self, x_BTE, mask_BS, segment_ids, deterministic: bool, extra=None):
@@ -62,6 +67,8 @@ class AttentionHalf(nn.Module):
             dropout_rate=cfg.attention_dropout_rate,
             out_init_scale=1.0 / (2.0 * cfg.num_layers),
             dtype=cfg.compute_dtype,
+            decode=self.decode,
+            max_len=cfg.max_len,
             name="attn",
         )(h_BTE, mask_BS=mask_BS, segment_ids=segment_ids, deterministic=deterministic, extra=extra)
         h_BTE = nn.Dropout(cfg.dropout_rate)(h_BTE, deterministic=deterministic)
@@ -98,23 +105,29 @@ class ReversibleStack(nn.Module):
       recompute: True (default) uses the custom VJP that recomputes inputs from outputs;
         False differentiates the same function with plain autodiff (stores activations);
         used by tests to check the custom VJP's gradients.
+      decode: KV-cache decoding, one token per call (plain forward, see module docstring).
     """
 
     cfg: Any
     causal: bool
     recompute: bool = True
+    decode: bool = False
 
     @nn.compact
     def __call__(self, x_BTE, *, mask_BS=None, segment_ids=None, deterministic=True):
         """Applies the stack to ``x_BTE`` ``[B, T, E]``; returns ``(y1 + y2) / 2``."""
         cfg = self.cfg
         n = cfg.num_layers
-        f_mods = [AttentionHalf(cfg, i, self.causal, name=f"attn_{i}") for i in range(n)]
+        f_mods = [
+            AttentionHalf(cfg, i, self.causal, self.decode, name=f"attn_{i}") for i in range(n)
+        ]
         g_mods = [FeedForwardHalf(cfg, name=f"ff_{i}") for i in range(n)]
         shared = layers.shared_attention_params(self, self.cfg)
         extras = [shared.get(cfg.layer_attention(i), {}) for i in range(n)]
 
-        if self.is_initializing():  # create the parameters with a plain forward pass
+        # Initialization creates the parameters (and caches) with a plain forward pass;
+        # decoding is inference, where the layers are ordinary sublayers with KV caches.
+        if self.is_initializing() or self.decode:
             x1, x2 = x_BTE, x_BTE
             for i in range(n):
                 x1 = x1 + f_mods[i](x2, mask_BS, segment_ids, deterministic, extras[i])
@@ -147,8 +160,9 @@ class ReversibleStack(nn.Module):
             f["lsh"] = self.make_rng("lsh")
         elif self.has_rng("dropout"):
             f["lsh"] = self.make_rng("dropout")
-        else:
-            f["lsh"] = jax.random.fold_in(jax.random.PRNGKey(FALLBACK_SEED), i)
+        else:  # the configured seed and the layer's own path, as lsh._module_params does
+            seed = int(dict(self.cfg.layer_attention(i)[1]).get("seed", 0))
+            f["lsh"] = lsh.fallback_key(seed, (*self.path, f"attn_{i}", "attn"))
         return {"f": f, "g": g}
 
 

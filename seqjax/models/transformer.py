@@ -149,6 +149,7 @@ class Block(nn.Module):
             out_init_scale=residual_scale,
             dtype=cfg.compute_dtype,
             decode=self.decode,
+            max_len=cfg.max_len,
             name="attn",
         )(h, mask_BS=mask_BS, segment_ids=segment_ids, deterministic=deterministic, extra=extra)
         x_BTE = x_BTE + nn.Dropout(cfg.dropout_rate)(h, deterministic=deterministic)
@@ -166,7 +167,13 @@ class Block(nn.Module):
 
 
 class Encoder(nn.Module):
-    """Token + position embedding followed by N blocks and a final LayerNorm."""
+    """Token + position embedding followed by N blocks and a final LayerNorm.
+
+    ``decode=True`` (one token per call, KV caches in the "cache" collection) works for the
+    standard and the reversible stack (at inference a reversible layer is two ordinary
+    residual sublayers), and raises for attention whose cached decoding would differ from
+    the full forward pass (``layers.check_decodable``).
+    """
 
     cfg: TransformerConfig
     causal: bool
@@ -184,6 +191,9 @@ class Encoder(nn.Module):
         prefix_BPE=None,
     ):
         cfg = self.cfg
+        if self.decode:
+            for name, _ in dict.fromkeys(cfg.attention):
+                layers.check_decodable(name, self.causal or name == "causal")
         embed = nn.Embed(
             cfg.vocab_size,
             cfg.d_model,
@@ -220,7 +230,10 @@ class Encoder(nn.Module):
         if cfg.reversible:
             from seqjax.models import reversible  # optional module (Reformer)
 
-            x_BTE = reversible.ReversibleStack(cfg, causal=self.causal, name="reversible")(
+            stack = reversible.ReversibleStack(
+                cfg, causal=self.causal, decode=self.decode, name="reversible"
+            )
+            x_BTE = stack(
                 x_BTE, mask_BS=mask_BS, segment_ids=segment_ids, deterministic=deterministic
             )
         else:
@@ -237,17 +250,26 @@ class TransformerLM(nn.Module):
     """Decoder-only language model: tokens ``[B, T]`` -> float32 logits ``[B, T, V]``.
 
     With ``decode=True`` the model consumes one token per call and keeps a KV cache in the
-    "cache" collection (initialize it with the full ``[B, max_len]`` shape).
+    "cache" collection (initialize it with the full ``[B, max_len]`` shape); causal dense /
+    causal attention only, standard or reversible layers (other attention raises).
+
+    ``mask_BT`` (bool ``[B, T]``, True = real) hides positions as keys: with ``mask_BT =
+    arange(T) < P`` the logits of the first P positions are exactly those of the P-token
+    prefix alone, for every mechanism, including causal LSH whose sorted chunks future
+    *queries* could otherwise move (``seqjax.sample`` conditions on prefixes this way).
     """
 
     cfg: TransformerConfig
     decode: bool = False
 
     @nn.compact
-    def __call__(self, tokens_BT, *, segment_ids=None, positions_BT=None, deterministic=True):
+    def __call__(
+        self, tokens_BT, *, segment_ids=None, positions_BT=None, deterministic=True, mask_BT=None
+    ):
         cfg = self.cfg
         x_BTE, embed = Encoder(cfg, causal=cfg.causal, decode=self.decode, name="encoder")(
             tokens_BT,
+            mask_BS=mask_BT,
             segment_ids=segment_ids,
             positions_BT=positions_BT,
             deterministic=deterministic,

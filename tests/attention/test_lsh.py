@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from seqjax import attention
+from seqjax import attention, models
 from seqjax.attention import lsh
 from seqjax.models import layers
 
@@ -224,3 +224,68 @@ def test_module_has_no_key_projection_and_uses_the_lsh_stream():
     assert not np.allclose(a, c)
     # No RNG stream (evaluation, decoding): the deterministic fallback key, no crash.
     np.testing.assert_array_equal(run({}), run({}))
+
+
+def _padded(x_BTHD, total):
+    return jnp.pad(x_BTHD, ((0, 0), (0, total - x_BTHD.shape[1]), (0, 0), (0, 0)))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_default_n_buckets_from_max_len_is_padding_length_invariant(causal):
+    """13 real positions followed by 11 or 20 padded ones: with ``max_len`` (what models
+    pass) the default ``n_buckets`` no longer follows the padded length, so the real
+    positions' outputs are identical; and they equal the explicit ``n_buckets``."""
+    real, max_len = 13, 40
+    q, v = _inputs(11, t=real)
+    outs = []
+    for total in (real + 11, real + 20):
+        mask = jnp.broadcast_to(jnp.arange(total) < real, (B, total))
+        fn = jax.jit(
+            lambda q, v, mask=mask: _hashed(q, v, causal=causal, mask=mask, max_len=max_len)
+        )
+        outs.append(np.asarray(fn(_padded(q, total), _padded(v, total)))[:, :real])
+    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-6, atol=1e-6)
+    nb = lsh.default_n_buckets(max_len, 4)
+    explicit = jax.jit(lambda q, v: _hashed(q, v, causal=causal, n_buckets=nb))(q, v)
+    np.testing.assert_allclose(outs[0], explicit, rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="max_len"):
+        _hashed(q, v, max_len=0)
+
+
+def test_lsh_classifier_is_padding_length_invariant():
+    """An LSH classifier (n_buckets left at its default) gives the same logits whether the
+    13 real tokens are followed by 11 or 20 padding tokens."""
+    cfg = models.TransformerConfig(
+        vocab_size=30, num_layers=2, d_model=16, num_heads=2, max_len=40, num_classes=3,
+        causal=False, pad_id=0,
+        attention=models.attention_cycle("lsh", {"lsh": dict(n_hashes=2, chunk_len=4)}),
+    )  # fmt: skip
+    model = models.TransformerClassifier(cfg)
+    real = jnp.asarray(np.random.default_rng(0).integers(1, 30, (B, 13)), jnp.int32)
+    params = jax.jit(model.init)(jax.random.PRNGKey(0), real)["params"]
+    logits = [
+        jax.jit(model.apply)({"params": params}, jnp.pad(real, ((0, 0), (0, pad))))
+        for pad in (11, 20)
+    ]
+    np.testing.assert_allclose(logits[0], logits[1], rtol=1e-5, atol=1e-5)
+    other = real.at[:, 2].set(real[:, 2] % 29 + 1)  # a real token does matter
+    assert not np.allclose(jax.jit(model.apply)({"params": params}, other), logits[0][:, :])
+
+
+def test_reverse_mode_of_any_order_but_forward_mode_raises():
+    """Hessian-vector products as grad of grad equal the full shared-QK reference's (one
+    chunk covering the sequence); jvp / jacfwd raise a message naming what works."""
+    q, v = _inputs(12, t=8)
+    t_q = jax.random.normal(jax.random.PRNGKey(13), q.shape)
+
+    def hvp(attend):
+        f = lambda q: jnp.sum(jnp.sin(attend(q)))  # noqa: E731
+        return jax.jit(jax.grad(lambda q: jnp.sum(jax.grad(f)(q) * t_q)))(q)
+
+    got = hvp(lambda q: lsh.lsh_attention(q, None, v, causal=True, chunk_len=8, n_buckets=1))
+    want = hvp(lambda q: lsh.shared_qk_reference(q, v, causal=True))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    f = lambda q: jnp.sum(_hashed(q, v, causal=True))  # noqa: E731
+    for transform in (lambda: jax.jvp(f, (q,), (q,)), lambda: jax.jit(jax.jacfwd(f))(q)):
+        with pytest.raises(NotImplementedError, match="not forward mode"):
+            transform()

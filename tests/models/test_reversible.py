@@ -109,3 +109,20 @@ def test_activation_memory_is_flat_with_depth():
     per_layer_rev = (mem[True, 12] - mem[True, 2]) / 10
     per_layer_std = (mem[False, 12] - mem[False, 2]) / 10
     assert per_layer_rev < 0.1 * per_layer_std, mem
+
+
+def test_lsh_fallback_hashing_uses_the_configured_seed():
+    """Without RNG streams (evaluation) the rotations come from ``attention_options.lsh.seed``
+    as in the non-reversible model: the same seed gives the same logits, another seed
+    other logits."""
+    tokens = jax.random.randint(jax.random.PRNGKey(0), (B, T), 0, V)
+
+    def logits(seed):
+        cfg = _cfg(attention=tr.attention_cycle("lsh", {"lsh": dict(chunk_len=4, seed=seed)}))
+        model = tr.TransformerLM(cfg)
+        params = model.init(jax.random.PRNGKey(1), tokens)["params"]  # seed-independent
+        return np.asarray(jax.jit(model.apply)({"params": params}, tokens))
+
+    a, b, c = logits(1), logits(1), logits(2)
+    np.testing.assert_array_equal(a, b)
+    assert not np.allclose(a, c, atol=1e-4)

@@ -178,3 +178,17 @@ def test_memory_shapes_and_errors():
             r_r_bias=jnp.zeros((2, 4)),
             causal=False,
         )
+
+
+def test_dropout_without_rng_raises_the_common_message():
+    """Every mechanism answers ``dropout_rate > 0`` without ``dropout_rng`` the same way."""
+    x = jnp.zeros((1, 2, 2, 4))
+    biases = dict(r=jnp.zeros((2, 2, 4)), r_w_bias=jnp.zeros((2, 4)), r_r_bias=jnp.zeros((2, 4)))
+    with pytest.raises(ValueError, match="dropout_rate > 0 needs a dropout_rng"):
+        relative.relative_attention(x, x, x, dropout_rate=0.1, **biases)
+    with pytest.raises(ValueError, match="dropout_rate > 0 needs a dropout_rng"):
+        relative.relative_attention(x, x, x, dropout_rate=0.1, dropout_rng=None, **biases)
+    out = relative.relative_attention(
+        x, x, x, dropout_rate=0.1, dropout_rng=jax.random.PRNGKey(0), **biases
+    )
+    assert out.shape == x.shape
