@@ -20,7 +20,6 @@ import copy
 import json
 
 import jax
-import jax.numpy as jnp
 from absl import app, flags
 from tqdm import tqdm
 
@@ -41,6 +40,7 @@ class Evaluator:
     def __init__(self, run):
         self.run = run
         self.lengths = None
+        self._replicated = jax.sharding.NamedSharding(run.mesh, jax.sharding.PartitionSpec())
         if run.is_xl:
             self.lengths = state_lib.eval_lengths(run.config)
             ln = self.lengths
@@ -96,7 +96,8 @@ class Evaluator:
             train=False,
         )
         total = it.num_steps if not max_batches else min(max_batches, it.num_steps)
-        sums = None
+        # Zeros made by one jitted program on every process, like each step after it.
+        sums = jax.jit(step_lib.zero_sums, out_shardings=self._replicated)()
         bar = tqdm(
             total=total,
             desc=f"eval {split}",
@@ -110,10 +111,9 @@ class Evaluator:
                     break
                 batch = sharding.global_batch(local, self.run.mesh)
                 if memory is None:
-                    out = self._step(params, batch)
+                    sums = self._step(params, sums, batch)
                 else:
-                    out, memory = self._step(params, memory, batch)
-                sums = out if sums is None else jax.tree.map(jnp.add, sums, out)
+                    sums, memory = self._step(params, sums, memory, batch)
                 bar.update(1)
         bar.close()
         sums = jax.device_get(sums)

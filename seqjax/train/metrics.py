@@ -20,6 +20,8 @@ import jax
 import numpy as np
 import tqdm
 
+from seqjax.train import paths
+
 PACKAGES = (
     "jax",
     "jaxlib",
@@ -62,8 +64,10 @@ class MetricWriter:
         if enabled:
             from tensorboardX import SummaryWriter
 
-            self._file = open(Path(workdir) / "metrics.jsonl", "a", buffering=1)
-            self._tb = SummaryWriter(str(Path(workdir) / "tensorboard"))
+            work = paths.workdir_path(workdir)
+            paths.register_tensorboard_schemes()
+            self._file = paths.open_append(work / "metrics.jsonl")
+            self._tb = SummaryWriter(os.fspath(work / "tensorboard"))
 
     def write(self, step: int, metrics: dict, prefix: str = "") -> None:
         if not self.enabled:
@@ -81,7 +85,7 @@ class MetricWriter:
 
 def read_metrics(workdir: str) -> list[dict]:
     """All lines of ``metrics.jsonl`` (a resumed run appends; later lines win per step)."""
-    path = Path(workdir) / "metrics.jsonl"
+    path = paths.workdir_path(workdir) / "metrics.jsonl"
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -131,7 +135,7 @@ def write_run_info(workdir: str, config, extra: dict | None = None) -> dict:
         "cpu_count": os.cpu_count(),
         **(extra or {}),
     }
-    work = Path(workdir)
+    work = paths.workdir_path(workdir)
     (work / "config.json").write_text(config.to_json_best_effort(indent=2) + "\n")
     n = 0
     while (work / f"run_info.{n}.json").exists():
