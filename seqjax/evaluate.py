@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 
 import jax
 from absl import app, flags
 from tqdm import tqdm
 
+from seqjax import console
 from seqjax import data as data_lib
 from seqjax.train import metrics as metrics_lib
 from seqjax.train import sharding
@@ -102,7 +104,8 @@ class Evaluator:
             total=total,
             desc=f"eval {split}",
             leave=False,
-            disable=not show or jax.process_index() != 0,
+            # No bar in logs (not a terminal): the result line says it all.
+            disable=not show or jax.process_index() != 0 or not sys.stderr.isatty(),
             dynamic_ncols=True,
         )
         with sharding.rules_and_mesh(self.run.mesh):
@@ -153,6 +156,7 @@ def cli():
     flags.DEFINE_integer("clamp_len", None, "Transformer-XL: clamp relative distances (-1 off).")
     flags.DEFINE_enum("same_length", None, ["true", "false"], "Transformer-XL: same_length.")
     flags.mark_flag_as_required("workdir")
+    console.show_flags_in_help(__name__)
     app.run(main)
 
 

@@ -16,6 +16,7 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from seqjax import console
 from seqjax.train import config_validation, loop, sharding
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -38,17 +39,12 @@ def main(argv):
         sys.exit(3)
 
 
-class _QuietLibraries:
-    """Keeps INFO lines from seqjax; libraries (Orbax logs every save step) only WARNING+."""
-
-    def filter(self, record) -> bool:
-        return record.levelno >= logging.WARNING or "/seqjax/" in record.pathname
-
-
 def run():
+    """Console script ``seqjax-train`` (same flags as ``python -m seqjax.main``)."""
     flags.mark_flags_as_required(["config", "workdir"])
+    console.show_flags_in_help(__name__)
     logging.set_verbosity(logging.INFO)
-    logging.get_absl_handler().addFilter(_QuietLibraries())
+    console.quiet_libraries()
     app.run(main)
 
 

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
+from seqjax import console
 from seqjax.models import TransformerLM
 from seqjax.models.transformer_xl import TransformerXL
 from seqjax.train import state as state_lib
@@ -233,6 +234,7 @@ def cli():
     flags.DEFINE_float("temperature", 0.8, "Softmax temperature (0 = greedy).")
     flags.DEFINE_integer("seed", 0, "Sampling seed.")
     flags.mark_flag_as_required("workdir")
+    console.show_flags_in_help(__name__)
     app.run(main)
 
 

@@ -125,7 +125,11 @@ def train_and_evaluate(config, workdir: str) -> dict:
     step = int(jax.device_get(state["step"]))
     num_steps = t_cfg.num_steps
     progress = metrics_lib.Progress(
-        num_steps, step, enabled=primary, tokens_per_step=tokens_per_step
+        num_steps,
+        step,
+        enabled=primary,
+        tokens_per_step=tokens_per_step,
+        unit="tok" if run.task == "lm" else "ex",  # classification: examples per second
     )
     flag = _StopFlag()
     pending: list = []  # [(step, device metrics)] not yet fetched (one step late)
