@@ -77,3 +77,50 @@ def test_main_evaluate_sample_with_workdir_as_written(corpus, helpers, tmp_path,
         assert out.stdout == "def " + result["sample"] + "\n"
     # Nothing was written under a literal '~' or into the current directory by mistake.
     assert sorted(os.listdir(cwd)) == (["runs"] if form == "relative" else [])
+
+
+def _fake_gcs_run(helpers, corpus, root, module, args, cwd):
+    """``module`` with ``gs://`` served from ``root`` (see ``tests/train/_fake_gcs.py``)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.train._fake_gcs", str(root), module, *args],
+        env=helpers.subprocess_env(corpus),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, (module, proc.stderr[-3000:])
+    return proc
+
+
+def test_gs_workdir_whole_run_and_resume(corpus, helpers, tmp_path, reference_losses):
+    """A ``gs://`` workdir: checkpoints, metrics.jsonl, TensorBoard, config, run info and
+    result.json all land in the bucket (a local folder behind a fake GCS network layer), a
+    second process resumes from it exactly, and ``seqjax.evaluate`` reads it back."""
+    root, cwd = tmp_path / "gcs", tmp_path / "cwd"
+    cwd.mkdir()
+    workdir = "gs://bucket/runs/tiny"
+    args = helpers.main_command(workdir, corpus)[3:]
+    _fake_gcs_run(helpers, corpus, root, "seqjax.main", args + ["--config.train.stop_after=3"], cwd)
+    bucket = root / "bucket" / "runs" / "tiny"
+    assert helpers.complete_steps(bucket) == [3]
+    finish = ["--config.train.final_eval=True", "--config.train.sample_length=8"]
+    _fake_gcs_run(helpers, corpus, root, "seqjax.main", args + finish, cwd)
+    assert os.listdir(cwd) == []  # no local ./gs:/... folder
+    losses = helpers.losses(bucket)
+    assert sorted(losses) == list(range(1, 41)) and all(len(v) == 1 for v in losses.values())
+    for step, (value,) in losses.items():
+        assert value == reference_losses[step], step
+    names = set(os.listdir(bucket))
+    assert {"config.json", "run_info.0.json", "run_info.1.json", "result.json"} <= names
+    assert {"metrics.jsonl", "tensorboard", "checkpoints", "sharding.txt"} <= names
+    assert any(p.startswith("events.out.tfevents") for p in os.listdir(bucket / "tensorboard"))
+    assert helpers.complete_steps(bucket)[-1] == 40
+    result = json.loads((bucket / "result.json").read_text())
+    assert json.loads((bucket / "run_info.1.json").read_text())["resumed_from_step"] == 3
+    ev = _fake_gcs_run(
+        helpers, corpus, root, "seqjax.evaluate", [f"--workdir={workdir}", "--split=test"], cwd
+    )
+    line = json.loads(ev.stdout.strip().splitlines()[-1])
+    assert line["step"] == 40
+    assert line["loss"] == pytest.approx(result["test"]["loss"], rel=1e-5)
