@@ -17,6 +17,7 @@ import time
 
 import jax
 import numpy as np
+import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
 from seqjax import data as data_lib
@@ -105,6 +106,12 @@ def train_and_evaluate(config, workdir: str) -> dict:
             config,
             {"resumed_from_step": latest, "mesh": dict(mesh.shape), "sharding": text},
         )
+
+    if jax.process_count() > 1:
+        # The primary's start-up work above (git, run info, TensorBoard) can take a while on
+        # a loaded machine, and gloo waits only 30 s at a first collective: line the
+        # processes up on the coordination service first (no device collective).
+        ocp.multihost.get_barrier_sync_fn()(key="seqjax_run_start", timeout_ms=600_000)
 
     train_step = step_lib.jit_train_step(
         step_lib.make_train_step(
