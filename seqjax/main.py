@@ -17,10 +17,14 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from seqjax import console
-from seqjax.train import config_validation, loop, sharding
+from seqjax.train import config_validation, loop, paths, sharding
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "Job config file, e.g. configs/char_lm.py[:variant].", lock_config=True
+    "config",
+    None,
+    "Job config: a file, e.g. configs/char_lm.py[:variant], or a module of the installed "
+    "package, e.g. seqjax.configs.char_lm[:variant].",
+    lock_config=True,
 )
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where checkpoints and metrics go (resumed).")
 
@@ -45,6 +49,8 @@ def run():
     console.show_flags_in_help(__name__)
     logging.set_verbosity(logging.INFO)
     console.quiet_libraries()
+    # --config accepts a module name too (seqjax.configs.char_lm:smoke: installed package).
+    sys.argv = paths.resolve_config_flag(sys.argv)
     app.run(main)
 
 

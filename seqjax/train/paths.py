@@ -110,3 +110,33 @@ def open_append(path: epath.Path):
     if is_remote(path):
         return _RewrittenTextFile(path)
     return open(os.fspath(path), "a", buffering=1)
+
+
+def config_file(spec: str) -> str:
+    """``--config`` value -> ``file.py[:variant]``.
+
+    Accepts a file path (``configs/char_lm.py:smoke``, ``~`` expanded) or, for an installed
+    package with no checkout at hand, a module name (``seqjax.configs.char_lm:smoke``).
+    """
+    import importlib.util
+
+    name, sep, variant = spec.partition(":")
+    if not name.endswith(".py") and name.replace(".", "").replace("_", "").isalnum():
+        try:
+            found = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            found = None
+        if found is not None and found.origin and found.origin.endswith(".py"):
+            return found.origin + sep + variant
+    return os.path.expanduser(name) + sep + variant
+
+
+def resolve_config_flag(argv: list[str]) -> list[str]:
+    """``argv`` with its ``--config`` value passed through ``config_file``."""
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg.startswith("--config="):
+            out[i] = "--config=" + config_file(arg.split("=", 1)[1])
+        elif arg == "--config" and i + 1 < len(out):
+            out[i + 1] = config_file(out[i + 1])
+    return out

@@ -86,3 +86,24 @@ def test_progress_disabled_prints_nothing():
     p.write("x")
     p.close()
     assert out.getvalue() == ""
+
+
+def test_shipped_configs_reachable_as_package_modules(tmp_path, monkeypatch):
+    """``--config seqjax.configs.<name>[:variant]`` names the same files as ``configs/``
+    (the wheel ships them as the ``seqjax.configs`` package), from any directory."""
+    import importlib
+
+    from seqjax.train import paths
+
+    monkeypatch.chdir(tmp_path)  # no checkout here
+    names = sorted(p.stem for p in (REPO / "configs").glob("*.py") if p.stem != "__init__")
+    assert names
+    for name in names:
+        spec = paths.config_file(f"seqjax.configs.{name}:smoke")
+        file, _, variant = spec.partition(":")
+        assert variant == "smoke"
+        assert open(file).read() == (REPO / "configs" / f"{name}.py").read_text()
+        assert callable(importlib.import_module(f"seqjax.configs.{name}").get_config)
+    argv = paths.resolve_config_flag(["seqjax-train", "--config", "seqjax.configs.char_lm"])
+    assert argv[2].endswith("char_lm.py") and argv[2].startswith("/")
+    assert paths.config_file("configs/char_lm.py:smoke") == "configs/char_lm.py:smoke"
