@@ -25,6 +25,12 @@ def main_command(
     return cmd
 
 
+def absolute_workdir(workdir: str) -> str:
+    """The workdir as the job will see it: relative/``~`` made absolute here (a job runs
+    in another directory: the checkout on the cluster), ``gs://`` kept."""
+    return str(paths.workdir_path(workdir))
+
+
 def shell_join(cmd: list[str]) -> str:
     return " ".join(shlex.quote(c) for c in cmd)
 
