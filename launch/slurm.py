@@ -43,35 +43,51 @@ TEMPLATE = """#!/bin/bash
 #SBATCH --output={log_dir}/slurm-%j.out
 #SBATCH --open-mode=append
 #SBATCH --requeue
-#SBATCH --signal=B:TERM@120
+#SBATCH --signal=TERM@120
 {optional_lines}
 set -uo pipefail
 cd {repo} || exit 1
 {setup}
+{devices}
+# srun starts one task per process; jax.distributed.initialize() (called by seqjax.main
+# when SLURM_NTASKS > 1) reads the coordinator and process ids from SLURM's environment.
+start_s=$(date +%s)
+srun --kill-on-bad-exit=1 {command}
+status=$?
 
-# Which GPUs each process drives ({mode}).
-TASK={task_script}
-
-time_limit=0
-on_term() {{
-  echo "[slurm] SIGTERM (time limit near): checkpointing, then requeueing $SLURM_JOB_ID"
-  time_limit=1
-  kill -TERM "$srun_pid" 2>/dev/null
-}}
-trap on_term TERM
-
-srun --kill-on-bad-exit=1 bash -c "$TASK" &
-srun_pid=$!
-status=0
-while true; do
-  wait "$srun_pid"; status=$?
-  kill -0 "$srun_pid" 2>/dev/null || break  # wait was interrupted by the trap
-done
-if [ "$time_limit" = 1 ]; then
+# SIGTERM 120 s before the time limit: the job saved a checkpoint and exited 0. Requeue
+# this job when that is why it ended (the limit is near and the run has no result.json),
+# so the next allocation resumes it; a finished, failed or cancelled run is left alone.
+limit_s={limit_s}
+elapsed_s=$(( $(date +%s) - start_s ))
+if [ "$status" = 0 ] && [ "$elapsed_s" -ge $(( limit_s - {margin_s} )) ] && \
+    ! python -c "import sys; from etils import epath; \
+sys.exit(not epath.Path(sys.argv[1], 'result.json').exists())" {workdir_q}; then
+  echo "[slurm] stopped at the time limit after ${{elapsed_s}} s: requeueing $SLURM_JOB_ID"
   scontrol requeue "$SLURM_JOB_ID"
 fi
 exit "$status"
 """
+
+# Seconds before the time limit from which an exit counts as "stopped for time" (the
+# SIGTERM comes 120 s before the limit; the job may take a while to save and exit).
+REQUEUE_MARGIN_S = 300
+
+
+def time_limit_seconds(text: str) -> int:
+    """SLURM ``--time`` (``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``, ``D-H:M:S``) -> s."""
+    days, _, rest = text.partition("-") if "-" in text else ("0", "", text)
+    parts = [int(p) for p in rest.split(":")]
+    if "-" in text:  # D-H[:M[:S]]
+        parts += [0] * (3 - len(parts))
+        h, m, s = parts
+    elif len(parts) == 1:
+        h, m, s = 0, parts[0], 0
+    elif len(parts) == 2:
+        h, m, s = 0, parts[0], parts[1]
+    else:
+        h, m, s = parts
+    return ((int(days) * 24 + h) * 60 + m) * 60 + s
 
 
 def local_device_ids(per_node: bool, gpus_per_node: int) -> str:
@@ -90,19 +106,23 @@ def render(args) -> str:
     tasks = 1 if args.per_node else args.gpus_per_node
     overrides = dict(s.split("=", 1) for s in args.set)
     command = common.shell_join(common.main_command(args.config, args.workdir, overrides))
-    ids = local_device_ids(args.per_node, args.gpus_per_node)
-    task = f"export JAX_LOCAL_DEVICE_IDS={ids}; exec {command}"
+    if args.per_node:
+        ids = local_device_ids(True, args.gpus_per_node)
+        devices = (
+            f"# One process per node drives all its GPUs (JAX's SLURM detection would give it\n"
+            f"# [SLURM_LOCALID], one GPU).\nexport JAX_LOCAL_DEVICE_IDS={ids}\n"
+        )
+    else:
+        devices = (
+            "# One process per GPU: JAX's SLURM detection gives task i of a node\n"
+            "# local_device_ids=[SLURM_LOCALID], i.e. GPU i.\nunset JAX_LOCAL_DEVICE_IDS\n"
+        )
     optional = []
     if args.partition:
         optional.append(f"#SBATCH --partition={args.partition}")
     if args.account:
         optional.append(f"#SBATCH --account={args.account}")
     optional += [f"#SBATCH {x}" for x in args.sbatch_arg]
-    mode = (
-        f"one process per node, GPUs {ids}"
-        if args.per_node
-        else "one process per GPU, GPU $SLURM_LOCALID"
-    )
     return TEMPLATE.format(
         job_name=args.job_name,
         nodes=args.nodes,
@@ -114,8 +134,11 @@ def render(args) -> str:
         repo=args.repo,
         optional_lines="\n".join(optional),
         setup=args.setup,
-        mode=mode,
-        task_script=shlex.quote(task),
+        devices=devices,
+        command=command,
+        limit_s=time_limit_seconds(args.time),
+        margin_s=REQUEUE_MARGIN_S,
+        workdir_q=shlex.quote(args.workdir),
     )
 
 
