@@ -45,12 +45,17 @@ def process_env(i: int, n: int, devices: int, port: int, base: dict | None = Non
 
 
 def _workdir(main_args: list[str]) -> Path | None:
+    """The local folder for the process logs: the job's ``--workdir`` (``~`` expanded), or
+    None when there is none or it is a bucket (``gs://``)."""
+    value = None
     for i, a in enumerate(main_args):
         if a.startswith("--workdir="):
-            return Path(a.split("=", 1)[1])
-        if a == "--workdir" and i + 1 < len(main_args):
-            return Path(main_args[i + 1])
-    return None
+            value = a.split("=", 1)[1]
+        elif a == "--workdir" and i + 1 < len(main_args):
+            value = main_args[i + 1]
+    if value is None or "://" in value:
+        return None
+    return Path(os.path.expanduser(value))
 
 
 def launch(

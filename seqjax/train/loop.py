@@ -107,12 +107,6 @@ def train_and_evaluate(config, workdir: str) -> dict:
             {"resumed_from_step": latest, "mesh": dict(mesh.shape), "sharding": text},
         )
 
-    if jax.process_count() > 1:
-        # The primary's start-up work above (git, run info, TensorBoard) can take a while on
-        # a loaded machine, and gloo waits only 30 s at a first collective: line the
-        # processes up on the coordination service first (no device collective).
-        ocp.multihost.get_barrier_sync_fn()(key="seqjax_run_start", timeout_ms=600_000)
-
     train_step = step_lib.jit_train_step(
         step_lib.make_train_step(
             run.model,
@@ -138,6 +132,12 @@ def train_and_evaluate(config, workdir: str) -> dict:
         tokens_per_step=tokens_per_step,
         unit="tok" if run.task == "lm" else "ex",  # classification: examples per second
     )
+    if jax.process_count() > 1:
+        # The primary's start-up work above (git, run info, TensorBoard) can take a while on
+        # a loaded machine, and gloo waits only 30 s at a first collective: line the
+        # processes up on the coordination service first (no device collective).
+        ocp.multihost.get_barrier_sync_fn()(key="seqjax_run_start", timeout_ms=600_000)
+
     flag = _StopFlag()
     pending: list = []  # [(step, device metrics)] not yet fetched (one step late)
     config_dict = _config_dict(config)
