@@ -23,7 +23,8 @@ for line in open(".ci/min_constraints.txt"):
 print("floors installed:", open(".ci/min_constraints.txt").read().split())
 PY
 
-# Smoke: workdirs as written (relative, ~, symlink: train + evaluate + sample), gs:// run +
-# resume, the console, and a whole configs/char_lm.py:smoke job on a tiny text.
+# Smoke: configs/char_lm.py:smoke jobs on a tiny text with the workdir as written (relative,
+# ~ + symlink; checkpoints, validation, test, sample, then seqjax.evaluate / seqjax.sample), a
+# gs:// run + resume (fake GCS network layer), the console and --help, the launchers.
 python -m pytest -q -p no:cacheprovider tests/train/test_paths.py tests/e2e/test_console.py \
     tests/launch/test_launchers.py
