@@ -26,5 +26,7 @@ PY
 # Smoke: configs/char_lm.py:smoke jobs on a tiny text with the workdir as written (relative,
 # ~ + symlink; checkpoints, validation, test, sample, then seqjax.evaluate / seqjax.sample), a
 # gs:// run + resume (fake GCS network layer), the console and --help, the launchers.
+# (Not the gs:// test: its fake GCS network layer patches the newest Orbax's internals; with
+# Orbax 0.11.x the checkpoint would go to the real TensorStore GCS driver, i.e. the network.)
 python -m pytest -q -p no:cacheprovider tests/train/test_paths.py tests/e2e/test_console.py \
-    tests/launch/test_launchers.py
+    tests/launch/test_launchers.py -k "not gs_workdir"

@@ -57,10 +57,20 @@ def install(root: str) -> None:
     from orbax.checkpoint._src.path import gcs_utils
 
     def kvstore(ckpt_path: str) -> dict:
-        bucket, path = gcs_utils.parse_gcs_path(ckpt_path, add_trailing_slash=False)
-        return {"driver": "file", "path": os.path.join(root, bucket, path)}
+        rest = str(ckpt_path).split("://", 1)[-1]  # gs://bucket/path -> bucket/path
+        return {"driver": "file", "path": os.path.join(root, rest.rstrip("/"))}
 
     gcs_utils.get_kvstore_for_gcs = kvstore
+    # Older Orbax (0.11.x) builds the kvstore spec in private helpers of these modules.
+    import importlib
+
+    for name in ("tensorstore_utils", "serialization"):
+        try:
+            module = importlib.import_module(f"orbax.checkpoint._src.serialization.{name}")
+        except ImportError:
+            continue
+        if hasattr(module, "_get_kvstore_for_gcs"):
+            module._get_kvstore_for_gcs = kvstore
     gcs_utils.get_bucket = lambda name: types.SimpleNamespace(
         name=name, hierarchical_namespace_enabled=False
     )
