@@ -9,6 +9,9 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from seqjax.train import paths  # noqa: E402
 
 
 def main_command(
@@ -22,13 +25,19 @@ def main_command(
     return cmd
 
 
+def absolute_workdir(workdir: str) -> str:
+    """The workdir as the job will see it: relative/``~`` made absolute here (a job runs
+    in another directory: the checkout on the cluster), ``gs://`` kept."""
+    return str(paths.workdir_path(workdir))
+
+
 def shell_join(cmd: list[str]) -> str:
     return " ".join(shlex.quote(c) for c in cmd)
 
 
 def load_config_module(config: str):
     """Imports the config file named by ``--config`` (``path.py[:variant]``)."""
-    path = Path(config.split(":", 1)[0])
+    path = Path(paths.config_file(config).split(":", 1)[0])
     if not path.is_file():
         raise FileNotFoundError(f"config file {path} does not exist")
     spec = importlib.util.spec_from_file_location(f"_seqjax_config_{path.stem}", path)

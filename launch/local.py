@@ -45,12 +45,17 @@ def process_env(i: int, n: int, devices: int, port: int, base: dict | None = Non
 
 
 def _workdir(main_args: list[str]) -> Path | None:
+    """The local folder for the process logs: the job's ``--workdir`` (``~`` expanded), or
+    None when there is none or it is a bucket (``gs://``)."""
+    value = None
     for i, a in enumerate(main_args):
         if a.startswith("--workdir="):
-            return Path(a.split("=", 1)[1])
-        if a == "--workdir" and i + 1 < len(main_args):
-            return Path(main_args[i + 1])
-    return None
+            value = a.split("=", 1)[1]
+        elif a == "--workdir" and i + 1 < len(main_args):
+            value = main_args[i + 1]
+    if value is None or "://" in value:
+        return None
+    return Path(os.path.expanduser(value))
 
 
 def launch(
@@ -61,18 +66,22 @@ def launch(
     poll_s: float = 0.2,
     env: dict | None = None,
     cwd: str | None = None,
+    timeout_s: float | None = None,
 ) -> int:
     """Starts the processes and waits; returns 0 or the first failing exit status.
 
     Args:
       env: base environment of the processes (default: this process's).
       cwd: their working directory.
+      timeout_s: stop every process and return 124 after this many seconds (a deadlock
+        in a collective otherwise waits forever).
     """
     port = free_port()
     workdir = _workdir(main_args)
     log_dir = workdir if workdir is not None else Path(".")
     log_dir.mkdir(parents=True, exist_ok=True)
     procs, logs = [], []
+    t0 = time.monotonic()
     try:
         for i in range(num_processes):
             out = None
@@ -102,6 +111,9 @@ def launch(
                 return code
             if all(c == 0 for c in codes):
                 return 0
+            if timeout_s is not None and time.monotonic() - t0 > timeout_s:
+                print(f"[local] timed out after {timeout_s:.0f} s; stopping", file=sys.stderr)
+                return 124
             time.sleep(poll_s)
     finally:
         for p in procs:

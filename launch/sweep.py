@@ -3,7 +3,8 @@
     python launch/sweep.py --config configs/char_lm.py:smoke --workdir workdirs/sweep --mode print
     python launch/sweep.py --config configs/char_lm.py:smoke --workdir workdirs/sweep --mode local
     python launch/sweep.py ... --mode local --parallel 2      # two runs at a time
-    python launch/sweep.py ... --mode slurm --dry-run        # one sbatch script per run
+    python launch/sweep.py ... --mode slurm --nodes 1 --gpus-per-node 8 --partition gpu \
+        --time 4:00:00 --account abc --dry-run              # one sbatch script per run
     python launch/collect.py --workdir workdirs/sweep --metric validation/bits_per_char
 
 Each run gets its own workdir ``WORKDIR/<name>`` (so rerunning the sweep resumes every
@@ -22,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from launch import common, slurm  # noqa: E402
+from seqjax.train import paths  # noqa: E402
 
 
 def plan(config: str, workdir: str, extra: dict | None = None) -> list[dict]:
@@ -29,7 +31,7 @@ def plan(config: str, workdir: str, extra: dict | None = None) -> list[dict]:
     for point in common.sweep_points(config):
         overrides = {**point, **(extra or {})}
         name = common.run_name(point)
-        run_dir = str(Path(workdir) / name)
+        run_dir = str(paths.workdir_path(workdir) / name)
         runs.append(
             {
                 "name": name,
@@ -41,14 +43,24 @@ def plan(config: str, workdir: str, extra: dict | None = None) -> list[dict]:
     return runs
 
 
+def _local_log(workdir: str) -> Path:
+    """``<run workdir>/sweep.log``, or ``./sweep_logs/<run>.log`` for a bucket workdir."""
+    if paths.is_remote(workdir):
+        path = Path("sweep_logs") / (workdir.rstrip("/").rsplit("/", 1)[-1] + ".log")
+    else:
+        path = Path(workdir) / "sweep.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def run_local(runs: list[dict], parallel: int) -> int:
     """Runs the commands, ``parallel`` at a time; returns the number of failed runs."""
     pending, active, failed = list(runs), [], 0
     while pending or active:
         while pending and len(active) < parallel:
             run = pending.pop(0)
-            Path(run["workdir"]).mkdir(parents=True, exist_ok=True)
-            log = open(Path(run["workdir"]) / "sweep.log", "a")
+            log_path = _local_log(run["workdir"])
+            log = open(log_path, "a")
             print(f"[sweep] start {run['name']}", flush=True)
             active.append((run, subprocess.Popen(run["command"], stdout=log, stderr=log), log))
         for item in list(active):
@@ -59,7 +71,7 @@ def run_local(runs: list[dict], parallel: int) -> int:
                 status = "ok" if proc.returncode == 0 else f"FAILED (exit {proc.returncode})"
                 failed += proc.returncode != 0
                 print(
-                    f"[sweep] {run['name']}: {status}; log {run['workdir']}/sweep.log", flush=True
+                    f"[sweep] {run['name']}: {status}; log {_local_log(run['workdir'])}", flush=True
                 )
         time.sleep(0.5)
     return failed
@@ -79,11 +91,14 @@ def main(argv=None):
         help="extra override for every run, e.g. --set train.num_steps=100",
     )
     parser.add_argument("--dry-run", action="store_true", help="slurm: print, do not submit")
+    slurm_flags = parser.add_argument_group("--mode slurm: the allocation of every run")
+    slurm.add_job_arguments(slurm_flags)
     args = parser.parse_args(argv)
     extra = dict(s.split("=", 1) for s in args.set)
     runs = plan(args.config, args.workdir, extra)
-    Path(args.workdir).mkdir(parents=True, exist_ok=True)
-    (Path(args.workdir) / "sweep.json").write_text(json.dumps(runs, indent=2) + "\n")
+    base = paths.workdir_path(args.workdir)
+    base.mkdir(parents=True, exist_ok=True)
+    (base / "sweep.json").write_text(json.dumps(runs, indent=2) + "\n")
     if args.mode == "print":
         for run in runs:
             print(common.shell_join(run["command"]))
@@ -92,6 +107,7 @@ def main(argv=None):
         for run in runs:
             slurm.main(
                 ["--config", args.config, "--workdir", run["workdir"], "--job-name", run["name"]]
+                + slurm.job_argv(args)
                 + [f"--set={k}={v}" for k, v in run["overrides"].items()]
                 + (["--dry-run"] if args.dry_run else [])
             )

@@ -1,13 +1,21 @@
-"""Runs the main job on every worker of a Cloud TPU VM pod slice.
+"""Runs the main job on every worker of a Cloud TPU VM pod slice, detached from this shell.
 
     python launch/tpu_vm.py --tpu my-v4-32 --zone us-central2-b --project my-proj \
-        --config configs/char_lm.py --workdir gs://bucket/runs/lm --dry-run
+        --config configs/char_lm.py --workdir gs://bucket/runs/lm [--dry-run]
+    python launch/tpu_vm.py --tpu my-v4-32 --zone us-central2-b --project my-proj --status
+    python launch/tpu_vm.py ... --logs [--worker 3] [--lines 100]
+    python launch/tpu_vm.py ... --stop          # SIGTERM: the job saves a checkpoint, exits
 
-Steps (each a ``gcloud compute tpus tpu-vm`` command on ``--worker=all``): copy this
-checkout (a tarball of the git-tracked files) to every worker, install it with the TPU extra,
-then start the same command on all workers at once. JAX's TPU cluster detection makes
+Start (each a ``gcloud compute tpus tpu-vm`` command on ``--worker=all``): copy this
+checkout (``git archive HEAD``: committed files only; a warning lists uncommitted changes)
+to every worker, install it with the TPU extra (``gcsfs`` included for ``gs://``), then
+start the same command on all workers with ``nohup`` in the background: the ssh session
+returns at once, and a dropped connection does not kill the pod job. Each worker writes
+its own log ``~/seqjax_job/worker.log`` and its pid to ``~/seqjax_job/pid``; ``--status``,
+``--logs`` and ``--stop`` reach them. JAX's TPU cluster detection makes
 ``jax.distributed.initialize()`` (called by ``seqjax.main`` on a multi-host slice) find the
-coordinator; every worker reads its own data shard. ``--dry-run`` prints the exact commands.
+coordinator; every worker reads its own data shard. Rerunning the start command resumes
+the run from the workdir's newest complete checkpoint.
 """
 
 from __future__ import annotations
@@ -21,13 +29,21 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from launch import common  # noqa: E402
+from seqjax.train import paths  # noqa: E402
 
 REMOTE_DIR = "seqjax"
+JOB_DIR = "~/seqjax_job"
 
 
-def commands(args) -> list[list[str]]:
-    base = ["gcloud", "compute", "tpus", "tpu-vm"]
-    where = [f"--zone={args.zone}", f"--project={args.project}", "--worker=all"]
+def _gcloud(args, *command: str) -> list[str]:
+    worker = getattr(args, "worker", None)
+    where = [f"--zone={args.zone}", f"--project={args.project}"]
+    where.append(f"--worker={'all' if worker is None else worker}")
+    return ["gcloud", "compute", "tpus", "tpu-vm", *command, *where]
+
+
+def start_commands(args) -> list[list[str]]:
+    """The commands that copy, install and start the job (detached) on every worker."""
     tarball = "/tmp/seqjax.tar.gz"
     overrides = dict(s.split("=", 1) for s in args.set)
     job = common.shell_join(common.main_command(args.config, args.workdir, overrides, "python3"))
@@ -35,13 +51,58 @@ def commands(args) -> list[list[str]]:
         f"mkdir -p {REMOTE_DIR} && tar -xzf ~/seqjax.tar.gz -C {REMOTE_DIR} && "
         f"cd {REMOTE_DIR} && python3 -m pip install -q -e '.[tpu]'"
     )
-    run = f"cd {REMOTE_DIR} && {job} 2>&1 | tee -a ~/seqjax_job.log"
+    # nohup + setsid + no terminal: the job outlives the ssh session.
+    run = (
+        f"mkdir -p {JOB_DIR} && cd {REMOTE_DIR} && "
+        f"(if [ -f {JOB_DIR}/pid ] && kill -0 $(cat {JOB_DIR}/pid) 2>/dev/null; "
+        f'then echo "$(hostname): a job is already running (pid $(cat {JOB_DIR}/pid))"; '
+        f"exit 1; fi) && "
+        f"nohup setsid {job} >> {JOB_DIR}/worker.log 2>&1 < /dev/null & "
+        f'echo $! > {JOB_DIR}/pid && echo "$(hostname): started pid $(cat {JOB_DIR}/pid)"'
+    )
     return [
         ["git", "-C", str(common.REPO), "archive", "--format=tar.gz", "-o", tarball, "HEAD"],
-        base + ["scp", tarball, f"{args.tpu}:~/seqjax.tar.gz"] + where,
-        base + ["ssh", args.tpu] + where + ["--command", install],
-        base + ["ssh", args.tpu] + where + ["--command", run],
+        _gcloud(args, "scp", tarball, f"{args.tpu}:~/seqjax.tar.gz"),
+        _gcloud(args, "ssh", args.tpu) + ["--command", install],
+        _gcloud(args, "ssh", args.tpu) + ["--command", run],
     ]
+
+
+def status_command(args) -> list[str]:
+    check = (
+        f"if [ -f {JOB_DIR}/pid ] && kill -0 $(cat {JOB_DIR}/pid) 2>/dev/null; "
+        f'then echo "$(hostname): running (pid $(cat {JOB_DIR}/pid))"; '
+        f'else echo "$(hostname): not running"; fi; tail -n 1 {JOB_DIR}/worker.log 2>/dev/null'
+    )
+    return _gcloud(args, "ssh", args.tpu) + ["--command", check]
+
+
+def logs_command(args) -> list[str]:
+    return _gcloud(args, "ssh", args.tpu) + [
+        "--command",
+        f"tail -n {int(args.lines)} {JOB_DIR}/worker.log",
+    ]
+
+
+def stop_command(args) -> list[str]:
+    stop = (
+        f"if [ -f {JOB_DIR}/pid ] && kill -TERM $(cat {JOB_DIR}/pid) 2>/dev/null; "
+        f'then echo "$(hostname): SIGTERM sent (the job saves a checkpoint, then exits)"; '
+        f'else echo "$(hostname): not running"; fi'
+    )
+    return _gcloud(args, "ssh", args.tpu) + ["--command", stop]
+
+
+def uncommitted_changes(repo: Path = common.REPO) -> list[str]:
+    """``git status --porcelain`` lines of tracked files that ``git archive HEAD`` would
+    not ship."""
+    out = subprocess.run(
+        ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    return [line for line in out.splitlines() if line.strip()]
 
 
 def main(argv=None):
@@ -49,12 +110,42 @@ def main(argv=None):
     parser.add_argument("--tpu", required=True, help="TPU VM name")
     parser.add_argument("--zone", required=True)
     parser.add_argument("--project", required=True)
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--workdir", required=True, help="a path every worker sees (gs://...)")
+    parser.add_argument("--config", help="start: config file[:variant]")
+    parser.add_argument("--workdir", help="start: a path every worker sees (gs://...)")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
+    action = parser.add_mutually_exclusive_group()
+    action.add_argument("--status", action="store_true", help="is the job running on each worker")
+    action.add_argument("--logs", action="store_true", help="the end of a worker's log")
+    action.add_argument("--stop", action="store_true", help="SIGTERM the job on every worker")
+    parser.add_argument("--worker", default=None, help="--logs: worker index (default 0)")
+    parser.add_argument("--lines", type=int, default=50, help="--logs: lines to show")
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
     args = parser.parse_args(argv)
-    for cmd in commands(args):
+    if args.status:
+        commands = [status_command(args)]
+    elif args.logs:
+        args.worker = args.worker if args.worker is not None else "0"
+        commands = [logs_command(args)]
+    elif args.stop:
+        commands = [stop_command(args)]
+    else:
+        if not args.config or not args.workdir:
+            parser.error("starting a job needs --config and --workdir")
+        if not paths.is_remote(args.workdir):
+            print(
+                f"[tpu_vm] warning: --workdir {args.workdir} is not a bucket (gs://...): every "
+                "worker writes its own local copy and checkpoints are not shared",
+                file=sys.stderr,
+            )
+        dirty = uncommitted_changes()
+        if dirty:
+            print(
+                "[tpu_vm] warning: uncommitted changes are NOT shipped (git archive HEAD):\n  "
+                + "\n  ".join(dirty),
+                file=sys.stderr,
+            )
+        commands = start_commands(args)
+    for cmd in commands:
         print("+ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
         if not args.dry_run:
             subprocess.run(cmd, check=True)

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 
 import jax
-import jax.numpy as jnp
 from absl import app, flags
 from tqdm import tqdm
 
+from seqjax import console
 from seqjax import data as data_lib
 from seqjax.train import metrics as metrics_lib
 from seqjax.train import sharding
@@ -41,6 +42,7 @@ class Evaluator:
     def __init__(self, run):
         self.run = run
         self.lengths = None
+        self._replicated = jax.sharding.NamedSharding(run.mesh, jax.sharding.PartitionSpec())
         if run.is_xl:
             self.lengths = state_lib.eval_lengths(run.config)
             ln = self.lengths
@@ -96,12 +98,14 @@ class Evaluator:
             train=False,
         )
         total = it.num_steps if not max_batches else min(max_batches, it.num_steps)
-        sums = None
+        # Zeros made by one jitted program on every process, like each step after it.
+        sums = jax.jit(step_lib.zero_sums, out_shardings=self._replicated)()
         bar = tqdm(
             total=total,
             desc=f"eval {split}",
             leave=False,
-            disable=not show or jax.process_index() != 0,
+            # No bar in logs (not a terminal): the result line says it all.
+            disable=not show or jax.process_index() != 0 or not sys.stderr.isatty(),
             dynamic_ncols=True,
         )
         with sharding.rules_and_mesh(self.run.mesh):
@@ -110,10 +114,9 @@ class Evaluator:
                     break
                 batch = sharding.global_batch(local, self.run.mesh)
                 if memory is None:
-                    out = self._step(params, batch)
+                    sums = self._step(params, sums, batch)
                 else:
-                    out, memory = self._step(params, memory, batch)
-                sums = out if sums is None else jax.tree.map(jnp.add, sums, out)
+                    sums, memory = self._step(params, sums, memory, batch)
                 bar.update(1)
         bar.close()
         sums = jax.device_get(sums)
@@ -169,6 +172,7 @@ def cli():
     flags.mark_flag_as_required("workdir")
     from seqjax.train import errors
 
+    console.show_flags_in_help(__name__)
     app.run(main, flags_parser=errors.parse_flags)
 
 

@@ -24,10 +24,15 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from seqjax.train import errors, sharding
+from seqjax import console
+from seqjax.train import errors, paths, sharding
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "Job config file, e.g. configs/char_lm.py[:variant].", lock_config=True
+    "config",
+    None,
+    "Job config: a file, e.g. configs/char_lm.py[:variant], or a module of the installed "
+    "package, e.g. seqjax.configs.char_lm[:variant].",
+    lock_config=True,
 )
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where checkpoints and metrics go (resumed).")
 
@@ -93,21 +98,18 @@ def main(argv):
         sys.exit(130)
 
 
-class _QuietLibraries:
-    """Keeps INFO lines from seqjax; libraries (Orbax logs every save step) only WARNING+."""
-
-    def filter(self, record) -> bool:
-        return record.levelno >= logging.WARNING or "/seqjax/" in record.pathname
-
-
 def run():
+    """Console script ``seqjax-train`` (same flags as ``python -m seqjax.main``)."""
+    # --config accepts a module name too (seqjax.configs.char_lm:smoke: installed package).
+    sys.argv = paths.resolve_config_flag(sys.argv)
     problem = errors.config_file_problem(sys.argv)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
     flags.mark_flags_as_required(["config", "workdir"])
+    console.show_flags_in_help(__name__)
     logging.set_verbosity(logging.INFO)
-    logging.get_absl_handler().addFilter(_QuietLibraries())
+    console.quiet_libraries()
     app.run(main, flags_parser=errors.parse_flags)
 
 

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
+from seqjax import console
 from seqjax.models import TransformerLM
 from seqjax.models.layers import KV_CACHE_MECHANISMS
 from seqjax.models.transformer_xl import TransformerXL
@@ -278,6 +279,7 @@ def cli():
     flags.mark_flag_as_required("workdir")
     from seqjax.train import errors
 
+    console.show_flags_in_help(__name__)
     app.run(main, flags_parser=errors.parse_flags)
 
 

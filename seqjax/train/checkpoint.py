@@ -14,7 +14,8 @@ import logging
 
 import jax
 import orbax.checkpoint as ocp
-from etils import epath
+
+from seqjax.train import paths
 
 
 class CheckpointError(RuntimeError):
@@ -37,7 +38,7 @@ class Checkpointer:
     """
 
     def __init__(self, workdir: str, *, max_to_keep: int, async_save: bool = True):
-        self.directory = epath.Path(workdir) / "checkpoints"
+        self.directory = paths.workdir_path(workdir) / "checkpoints"  # Orbax: absolute
         options = ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep,
             create=True,

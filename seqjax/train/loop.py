@@ -14,15 +14,16 @@ import logging
 import signal
 import threading
 import time
-from pathlib import Path
 
 import jax
 import numpy as np
+import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
 
 from seqjax import data as data_lib
 from seqjax import evaluate as evaluate_lib
 from seqjax import sample as sample_lib
-from seqjax.train import checkpoint, setup, sharding
+from seqjax.train import checkpoint, paths, setup, sharding
 from seqjax.train import metrics as metrics_lib
 from seqjax.train import step as step_lib
 
@@ -73,7 +74,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
       NonFiniteLossError: the loss became NaN/Inf; the last good checkpoint is kept.
     """
     t_cfg = config.train
-    Path(workdir).mkdir(parents=True, exist_ok=True)
+    workdir = paths.workdir_path(workdir)  # relative, ~, symlink or gs:// -> absolute
+    workdir.mkdir(parents=True, exist_ok=True)
     primary = jax.process_index() == 0
     run = setup.build(config)  # validates first
     mesh = run.mesh
@@ -97,7 +99,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
     text = sharding.describe(state, run.shardings, mesh, config.data.batch_size)
     sharding.log_sharding(text)
     if primary:
-        (Path(workdir) / "sharding.txt").write_text(text + "\n")
+        (workdir / "sharding.txt").write_text(text + "\n")
         metrics_lib.write_run_info(
             workdir,
             config,
@@ -123,8 +125,18 @@ def train_and_evaluate(config, workdir: str) -> dict:
     step = int(jax.device_get(state["step"]))
     num_steps = t_cfg.num_steps
     progress = metrics_lib.Progress(
-        num_steps, step, enabled=primary, tokens_per_step=tokens_per_step
+        num_steps,
+        step,
+        enabled=primary,
+        tokens_per_step=tokens_per_step,
+        unit="tok" if run.task == "lm" else "ex",  # classification: examples per second
     )
+    if jax.process_count() > 1:
+        # The primary's start-up work above (git, run info, TensorBoard) can take a while on
+        # a loaded machine, and gloo waits only 30 s at a first collective: line the
+        # processes up on the coordination service first (no device collective).
+        ocp.multihost.get_barrier_sync_fn()(key="seqjax_run_start", timeout_ms=600_000)
+
     flag = _StopFlag()
     pending: list = []  # [(step, device metrics)] not yet fetched (one step late)
     config_dict = _config_dict(config)
@@ -209,9 +221,14 @@ def train_and_evaluate(config, workdir: str) -> dict:
         if primary:
             print(f"test ({step} steps): {_fmt(res)}", flush=True)
     if run.task == "lm" and t_cfg.sample_length:
+        params = state["params"]
+        if jax.process_count() > 1:
+            # Every process samples the same text on its own host from the full parameters
+            # (one all-gather on every process, then no collective at all).
+            params = multihost_utils.process_allgather(params, tiled=True)
         text = sample_lib.sample_text(
             run,
-            state["params"],
+            params,
             t_cfg.sample_prompt,
             t_cfg.sample_length,
             temperature=t_cfg.sample_temperature,
@@ -222,7 +239,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
             print(f"sample:\n{t_cfg.sample_prompt}{text}", flush=True)
     result["train_seconds"] = time.perf_counter() - t_start
     if primary:
-        (Path(workdir) / "result.json").write_text(json.dumps(result, indent=2) + "\n")
+        (workdir / "result.json").write_text(json.dumps(result, indent=2) + "\n")
     writer.close()
     ckpt.close()
     return result

@@ -21,6 +21,8 @@ import jax
 import numpy as np
 import tqdm
 
+from seqjax.train import paths
+
 PACKAGES = (
     "jax",
     "jaxlib",
@@ -63,9 +65,11 @@ class MetricWriter:
         if enabled:
             from tensorboardX import SummaryWriter
 
-            self._path = Path(workdir) / "metrics.jsonl"
-            self._file = open(self._path, "a", buffering=1)
-            self._tb = SummaryWriter(str(Path(workdir) / "tensorboard"))
+            work = paths.workdir_path(workdir)
+            paths.register_tensorboard_schemes()
+            self._path = work / "metrics.jsonl"
+            self._file = paths.open_append(self._path)
+            self._tb = SummaryWriter(os.fspath(work / "tensorboard"))
 
     def _reopen_if_moved(self) -> None:
         """Reopens ``metrics.jsonl`` when it was deleted or rotated (renamed) since opened.
@@ -73,6 +77,8 @@ class MetricWriter:
         Otherwise every later line would go to the unlinked (or renamed) file and the run
         would end without a metrics file under its name.
         """
+        if paths.is_remote(self._path):
+            return  # object stores: the file is rewritten whole on every flush
         try:
             same = os.stat(self._path).st_ino == os.fstat(self._file.fileno()).st_ino
         except FileNotFoundError:
@@ -81,7 +87,7 @@ class MetricWriter:
             logging.warning("%s was deleted or moved during the run; writing a new one",
                             self._path)  # fmt: skip
             self._file.close()
-            self._file = open(self._path, "a", buffering=1)
+            self._file = paths.open_append(self._path)
 
     def write(self, step: int, metrics: dict, prefix: str = "") -> None:
         if not self.enabled:
@@ -100,7 +106,7 @@ class MetricWriter:
 
 def read_metrics(workdir: str) -> list[dict]:
     """All lines of ``metrics.jsonl`` (a resumed run appends; later lines win per step)."""
-    path = Path(workdir) / "metrics.jsonl"
+    path = paths.workdir_path(workdir) / "metrics.jsonl"
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -150,7 +156,7 @@ def write_run_info(workdir: str, config, extra: dict | None = None) -> dict:
         "cpu_count": os.cpu_count(),
         **(extra or {}),
     }
-    work = Path(workdir)
+    work = paths.workdir_path(workdir)
     (work / "config.json").write_text(config.to_json_best_effort(indent=2) + "\n")
     n = 0
     while (work / f"run_info.{n}.json").exists():
@@ -160,26 +166,65 @@ def write_run_info(workdir: str, config, extra: dict | None = None) -> dict:
 
 
 class Progress:
-    """A tqdm bar over training steps (process 0) with loss, steps/s, tokens/s and ETA.
+    """Training progress on process 0: loss, one rate (steps/s and tokens/s, or examples/s
+    for classification) and the ETA from that rate.
 
-    Rates are measured between successive ``update`` calls on the host, i.e. on metrics that
-    arrived one step late, so they include everything the loop does.
+    On a terminal it is a tqdm bar; elsewhere (SLURM logs, sweeps, CI: ``sys.stderr`` is not
+    a TTY) it prints a plain line every ``plain_every_s`` seconds and at the end, with no
+    carriage returns or escape codes. Rates are measured between successive ``update``
+    calls on the host, i.e. on metrics that arrived one step late, so they include
+    everything the loop does.
     """
 
-    def __init__(self, total: int, initial: int, *, enabled: bool, tokens_per_step: int):
+    def __init__(
+        self,
+        total: int,
+        initial: int,
+        *,
+        enabled: bool,
+        tokens_per_step: int,
+        unit: str = "tok",
+        plain: bool | None = None,
+        plain_every_s: float = 30.0,
+        stream=None,
+    ):
+        self.stream = stream if stream is not None else sys.stderr
+        self.plain = (not _isatty(self.stream)) if plain is None else plain
+        self.enabled = enabled
+        self.total = total
         self.bar = tqdm.tqdm(
             total=total,
             initial=initial,
-            disable=not enabled,
+            disable=not enabled or self.plain,
             desc="train",
             unit="step",
             dynamic_ncols=True,
             mininterval=1.0,
-            smoothing=0.1,
+            file=self.stream,
+            # One rate on screen: the loop's (in the postfix), not tqdm's own.
+            bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]",
         )
         self.tokens_per_step = tokens_per_step
+        self.unit = unit
+        self.plain_every_s = plain_every_s
         self._last = (initial, time.perf_counter())
+        self._printed = -math.inf
         self.steps_per_s = float("nan")
+        self.step, self.loss = initial, float("nan")
+
+    def eta_s(self) -> float:
+        if not np.isfinite(self.steps_per_s) or self.steps_per_s <= 0:
+            return float("nan")
+        return (self.total - self.step) / self.steps_per_s
+
+    def describe(self) -> str:
+        """``loss=.. 2.31 steps/s 9,460 tok/s eta 0:01:05`` (the fields of one line)."""
+        eta = self.eta_s()
+        eta_text = "?" if not np.isfinite(eta) else str(datetime.timedelta(seconds=int(eta)))
+        return (
+            f"loss={self.loss:.4f} {self.steps_per_s:.2f} steps/s "
+            f"{self.steps_per_s * self.tokens_per_step:,.0f} {self.unit}/s eta {eta_text}"
+        )
 
     def update(self, step: int, loss: float) -> None:
         now = time.perf_counter()
@@ -189,16 +234,31 @@ class Progress:
             a = 0.3 if np.isfinite(self.steps_per_s) else 1.0
             self.steps_per_s = a * rate + (1 - a) * (self.steps_per_s if a < 1 else 0.0)
         self._last = (step, now)
+        self.step, self.loss = step, loss
+        if not self.enabled:
+            return
+        if self.plain:
+            if now - self._printed >= self.plain_every_s or step >= self.total:
+                self._printed = now
+                self._print(f"step {step}/{self.total}: {self.describe()}")
+            return
         self.bar.update(step - self.bar.n)
-        self.bar.set_postfix(
-            loss=f"{loss:.4f}",
-            steps_s=f"{self.steps_per_s:.2f}",
-            tok_s=f"{self.steps_per_s * self.tokens_per_step:,.0f}",
-            refresh=False,
-        )
+        self.bar.set_postfix_str(self.describe(), refresh=False)
+
+    def _print(self, text: str) -> None:
+        print(text, file=self.stream, flush=True)
 
     def write(self, text: str) -> None:
-        self.bar.write(text) if not self.bar.disable else None
+        if not self.enabled:
+            return
+        self._print(text) if self.plain else self.bar.write(text, file=self.stream)
 
     def close(self) -> None:
         self.bar.close()
+
+
+def _isatty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False

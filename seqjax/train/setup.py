@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -16,7 +15,7 @@ import ml_collections
 
 from seqjax import data as data_lib
 from seqjax.data import pipeline
-from seqjax.train import checkpoint, config_validation, sharding, state
+from seqjax.train import checkpoint, config_validation, paths, sharding, state
 
 
 @dataclasses.dataclass
@@ -97,7 +96,7 @@ def _cls(config, info) -> bool:
 
 def load_config(workdir: str) -> ml_collections.ConfigDict:
     """The ``config.json`` a training job wrote into ``workdir``."""
-    path = Path(workdir) / "config.json"
+    path = paths.workdir_path(workdir) / "config.json"
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: is {workdir!r} a seqjax workdir?")
     return ml_collections.ConfigDict(json.loads(path.read_text()))

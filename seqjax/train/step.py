@@ -142,21 +142,41 @@ def make_train_step(
     return train_step
 
 
-def make_eval_step(model, task: str):
-    """Returns ``eval_step(params, batch) -> sums`` (loss_sum, correct_sum, weight_sum)."""
+SUM_KEYS = ("loss_sum", "correct_sum", "weight_sum")
 
-    def eval_step(params, batch):
-        return _sums(model, task, params, batch, None, train=False)
+
+def zero_sums() -> dict:
+    """The evaluation accumulator before the first batch (float32 zeros)."""
+    return {k: jnp.zeros((), jnp.float32) for k in SUM_KEYS}
+
+
+def _add(sums, new):
+    return {k: sums[k] + new[k] for k in SUM_KEYS}
+
+
+def make_eval_step(model, task: str):
+    """Returns ``eval_step(params, sums, batch) -> sums`` (loss_sum, correct_sum,
+    weight_sum added to the running ``sums``).
+
+    The running sums go through the jitted step, so an evaluation is one identical program
+    per batch on every process: no eager array op between steps that one process could run
+    while another is already inside the next step's collectives.
+    """
+
+    def eval_step(params, sums, batch):
+        return _add(sums, _sums(model, task, params, batch, None, train=False))
 
     return eval_step
 
 
 def make_xl_eval_step(model):
-    """Returns ``eval_step(params, memory, batch) -> (sums, new_memory)`` (Transformer-XL
-    evaluation over a stream: the caller carries the memory from batch to batch)."""
+    """Returns ``eval_step(params, sums, memory, batch) -> (sums, new_memory)``
+    (Transformer-XL evaluation over a stream: the caller carries the memory and the running
+    sums from batch to batch)."""
 
-    def eval_step(params, memory, batch):
-        return _sums(model, "lm", params, batch, None, train=False, memory=memory)
+    def eval_step(params, sums, memory, batch):
+        new, new_memory = _sums(model, "lm", params, batch, None, train=False, memory=memory)
+        return _add(sums, new), new_memory
 
     return eval_step
 
@@ -174,18 +194,24 @@ def jit_train_step(train_step, state_shardings, mesh):
 
 
 def jit_eval_step(eval_step, params_shardings, mesh):
-    batch_sh = sharding.batch_sharding(mesh)
-    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-    return jax.jit(eval_step, in_shardings=(params_shardings, batch_sh), out_shardings=replicated)
-
-
-def jit_xl_eval_step(eval_step, params_shardings, memory_shardings, mesh):
-    """Jits ``make_xl_eval_step``'s function; the input memory is donated."""
+    """Jits ``make_eval_step``'s function; the running sums (replicated) are donated."""
     batch_sh = sharding.batch_sharding(mesh)
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     return jax.jit(
         eval_step,
-        in_shardings=(params_shardings, memory_shardings, batch_sh),
-        out_shardings=(replicated, memory_shardings),
+        in_shardings=(params_shardings, replicated, batch_sh),
+        out_shardings=replicated,
         donate_argnums=1,
+    )
+
+
+def jit_xl_eval_step(eval_step, params_shardings, memory_shardings, mesh):
+    """Jits ``make_xl_eval_step``'s function; the running sums and the memory are donated."""
+    batch_sh = sharding.batch_sharding(mesh)
+    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    return jax.jit(
+        eval_step,
+        in_shardings=(params_shardings, replicated, memory_shardings, batch_sh),
+        out_shardings=(replicated, memory_shardings),
+        donate_argnums=(1, 2),
     )
