@@ -14,6 +14,7 @@ import logging
 
 import jax
 import orbax.checkpoint as ocp
+from etils import epath
 
 from seqjax.train import paths
 
