@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from seqjax import attention as attention_lib
 from seqjax.data.config import CLASSIFICATION_DATASETS, DATASETS, LM_DATASETS
 from seqjax.models.transformer import DTYPES, POOLINGS, POSITIONALS
-from seqjax.train import optim, sharding
+from seqjax.train import flops, optim, sharding
 
 # Input length of the classification sets when config.data.max_len is None (seqjax.data.api).
 CLASSIFICATION_DEFAULT_LEN = {"imdb_bytes": 4096, "listops": 2048}
@@ -177,6 +177,10 @@ def validate(config, *, num_devices: int | None = None, process_count: int | Non
         bad("train.log_every", t.log_every, "a positive integer")
     if not isinstance(t.max_to_keep, int) or t.max_to_keep < 1:
         bad("train.max_to_keep", t.max_to_keep, "a positive integer")
+    try:
+        flops.parse_profile_steps(t.get("profile_steps", ""))
+    except ValueError as e:
+        errors.append(str(e))
     xl = m.get("kind", "transformer") == "transformer_xl"
     if (
         not xl

@@ -104,6 +104,9 @@ def train() -> ml_collections.ConfigDict:
     c.sample_prompt = "def "  # LM: prompt of the sample printed at the end
     c.sample_length = 200  # LM: characters/tokens sampled at the end (0 = none)
     c.sample_temperature = 0.8  # LM: sampling temperature (0 = greedy)
+    # Trace steps [start, stop) with jax.profiler into <workdir>/profile (TensorBoard's
+    # profile plugin / Perfetto), e.g. "10,20"; "" = off.
+    c.profile_steps = ""
     return c
 
 

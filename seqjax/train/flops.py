@@ -80,3 +80,43 @@ def mfu(flops_per_step: float, step_seconds: float, num_devices: int, device=Non
     if not peak or step_seconds <= 0:
         return None
     return flops_per_step / step_seconds / (peak * num_devices)
+
+
+def train_flops_per_step(model_cfg, params, *, batch_size: int, seq_len: int, task: str) -> float:
+    """Analytic model FLOPs of one training step of a seqjax model (``analytic_lm_flops``).
+
+    Lookup-only tables: learned positions, and the token table unless it is tied to the
+    output (LM with ``tie_embeddings``). Attention is counted dense (``12 L T^2 d``) for every
+    mechanism, so a sparse model's MFU is its dense-equivalent utilization.
+    """
+    num_params = sum(int(x.size) for x in jax.tree.leaves(params))
+    d = model_cfg.d_model
+    lookup = model_cfg.max_len * d if model_cfg.positional == "learned" else 0
+    if task != "lm" or not model_cfg.tie_embeddings:
+        lookup += model_cfg.vocab_size * d
+    per_seq = analytic_lm_flops(
+        num_params=num_params, lookup_params=min(lookup, num_params),
+        num_layers=model_cfg.num_layers, d_model=d, seq_len=seq_len,
+    )  # fmt: skip
+    return batch_size * per_seq
+
+
+def parse_profile_steps(value) -> tuple[int, int] | None:
+    """``config.train.profile_steps`` ("start,stop", e.g. "10,20"; "" = off) -> (start, stop).
+
+    Raises:
+      ValueError: naming the field and the valid form.
+    """
+    if value in (None, "", ()):
+        return None
+    parts = value.split(",") if isinstance(value, str) else list(value)
+    try:
+        start, stop = (int(p) for p in parts)
+    except (TypeError, ValueError):
+        start = stop = -1
+    if not 1 <= start < stop:
+        raise ValueError(
+            f"config.train.profile_steps={value!r} is invalid; valid: 'start,stop' with "
+            "1 <= start < stop (steps to trace with jax.profiler), or '' for none"
+        )
+    return start, stop

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import threading
 import time
@@ -23,7 +24,7 @@ from jax.experimental import multihost_utils
 from seqjax import data as data_lib
 from seqjax import evaluate as evaluate_lib
 from seqjax import sample as sample_lib
-from seqjax.train import checkpoint, paths, setup, sharding
+from seqjax.train import checkpoint, flops, paths, setup, sharding
 from seqjax.train import metrics as metrics_lib
 from seqjax.train import step as step_lib
 
@@ -137,6 +138,22 @@ def train_and_evaluate(config, workdir: str) -> dict:
         # processes up on the coordination service first (no device collective).
         ocp.multihost.get_barrier_sync_fn()(key="seqjax_run_start", timeout_ms=600_000)
 
+    # Model FLOPs per step (analytic, PaLM App. B) and MFU against the devices' bf16 peak.
+    seq_len = config.data.seq_len
+    flops_per_step = flops.train_flops_per_step(
+        run.model_cfg, run.abstract["params"], batch_size=config.data.batch_size,
+        seq_len=seq_len, task=run.task,
+    )  # fmt: skip
+    peak = flops.peak_flops()
+    logging.info(
+        "model FLOPs per step: %.4g (analytic 6NT + 12LT^2d); device peak %s",
+        flops_per_step,
+        f"{peak:.4g} FLOP/s bf16 x {jax.device_count()}" if peak else "unknown (no MFU)",
+    )
+    profile = flops.parse_profile_steps(t_cfg.get("profile_steps", ""))
+    profile_dir = os.fspath(workdir / "profile")
+    tracing = [False]
+
     flag = _StopFlag()
     pending: list = []  # [(step, device metrics)] not yet fetched (one step late)
     config_dict = _config_dict(config)
@@ -164,7 +181,12 @@ def train_and_evaluate(config, workdir: str) -> dict:
                     "steps_per_s": progress.steps_per_s,
                     "tokens_per_s": progress.steps_per_s * tokens_per_step,
                     "elapsed_s": elapsed,
+                    "model_tflops_per_s": progress.steps_per_s * flops_per_step / 1e12,
                 }
+                if peak:
+                    extra["mfu"] = (
+                        progress.steps_per_s * flops_per_step / (peak * jax.device_count())
+                    )
                 m = {k: v for k, v in m.items() if k != "finite"}
                 writer.write(s, {**m, **extra}, prefix="train/")
 
@@ -189,8 +211,16 @@ def train_and_evaluate(config, workdir: str) -> dict:
                     stopped = "stop_after"
                     break
                 batch = sharding.global_batch(next(train_iter), mesh)
+                if profile and step + 1 == profile[0]:
+                    jax.profiler.start_trace(profile_dir)
+                    tracing[0] = True
                 state, m = train_step(state, batch)
                 step += 1
+                if tracing[0] and step + 1 == profile[1]:
+                    jax.block_until_ready(m)
+                    jax.profiler.stop_trace()
+                    tracing[0] = False
+                    logging.info("profile of steps %d-%d written to %s", *profile, profile_dir)
                 flush()  # the previous step's metrics, while this step runs
                 pending.append((step, m))
                 if t_cfg.checkpoint_every and step % t_cfg.checkpoint_every == 0:
@@ -205,6 +235,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
         save(step)
         ckpt.wait()
     finally:
+        if tracing[0]:  # the run stopped inside the traced steps
+            jax.profiler.stop_trace()
         flag.restore()
         progress.close()
     result = {"step": step, "stopped": stopped, "test": None, "sample": None}
