@@ -65,6 +65,7 @@ def train(config, workdir: str) -> dict:
     from seqjax.train import workdir as workdir_lib
 
     config_validation.validate(config)  # exit 2 before anything is created or compiled
+    workdir = str(paths.workdir_path(workdir))  # relative, ~, symlinks: as the loop sees it
     workdir_lib.check_usable(workdir)
     lock = workdir_lib.acquire_for_job(workdir)
     try:

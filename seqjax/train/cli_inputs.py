@@ -11,13 +11,15 @@ import sys
 
 from etils import epath
 
+from seqjax.train import paths
+
 
 class InputError(ValueError):
     """A command-line flag of evaluate/sample is wrong (the message names it)."""
 
 
 def checkpoint_steps(workdir: str) -> list[int]:
-    d = epath.Path(workdir) / "checkpoints"
+    d = paths.workdir_path(workdir) / "checkpoints"
     if not d.is_dir():
         return []
     return sorted(int(p.name) for p in d.iterdir() if p.is_dir() and p.name.isdigit())
@@ -111,5 +113,6 @@ def restore(restore_fn, workdir: str, step: int | None):
             print(f"warning: skipped checkpoint {line}", file=sys.stderr, flush=True)
         return out
     raise InputError(
-        f"no checkpoint in {epath.Path(workdir) / 'checkpoints'} restores: " + "; ".join(failures)
+        f"no checkpoint in {paths.workdir_path(workdir) / 'checkpoints'} restores: "
+        + "; ".join(failures)
     )
