@@ -19,6 +19,12 @@ Implementations (option ``implementation``), all exact and mask-identical:
     the shapes, dtype and options allow it (the reason is logged once when they do not),
     otherwise ``reference`` for short sequences and ``chunked`` for long ones.
 
+Derivatives: ``reference`` supports every JAX transformation; ``chunked``, ``pallas`` (and
+so ``auto`` above ``AUTO_CHUNK_THRESHOLD`` logits on CPU) are first-order reverse mode only
+(``grad``, ``vjp``): ``jvp``, ``jacfwd`` and grad-of-grad raise a message naming
+``implementation="reference"``. cuDNN and splash follow ``jax.nn.dot_product_attention``'s
+and splash's own rules.
+
 Legend: B batch, T query length, S key length, H heads, D head dim.
 """
 

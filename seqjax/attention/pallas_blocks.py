@@ -238,6 +238,7 @@ def block_sparse_attention(
         raise ValueError(f"Pallas block-sparse attention: {why}")
     del dropout_rng
     interpret = default_interpret() if interpret is None else interpret
+    blockwise._check_not_forward_mode(q, k, v)
     bq, bk = block_q, block_k
     nq, nk = -(-t // bq), -(-s // bk)
     if table.shape[0] != nq:
@@ -312,6 +313,7 @@ def block_sparse_attention(
     dv_dim = v.shape[-1]
 
     def forward(qp, kp, vp, aux_in):
+        qp, kp, vp = blockwise._first_order_only((qp, kp, vp))  # no second derivatives
         out, lse = call(
             functools.partial(_fwd_kernel, cfg=cfg),
             grid=(nq, b, h),
@@ -329,6 +331,7 @@ def block_sparse_attention(
     def backward(res, cotangents):
         qp, kp, vp, aux_in, out, lse = res
         g, g_lse = cotangents
+        qp, kp, vp, g, g_lse = blockwise._first_order_only((qp, kp, vp, g, g_lse))
         g = g.astype(qp.dtype)
         delta = jnp.einsum("bqhd,bqhd->bhq", g.astype(jnp.float32), out.astype(jnp.float32))
         delta = delta - jnp.where(jnp.isfinite(lse), g_lse, 0.0)
@@ -383,7 +386,12 @@ def block_sparse_attention(
         return (out, lse), (qp, kp, vp, aux_in, out, lse)
 
     attend.defvjp(attend_fwd, backward)
-    out, lse_BHT = attend(qp, kp, vp, tuple(aux_arrays))
+    try:
+        out, lse_BHT = attend(qp, kp, vp, tuple(aux_arrays))
+    except TypeError as e:  # jvp of a custom_vjp: JAX's message does not name the way out
+        if "forward-mode" in str(e):
+            raise NotImplementedError(blockwise.HIGHER_ORDER_MESSAGE) from e
+        raise
     out = out[:, :t]
     if not return_lse:
         return out

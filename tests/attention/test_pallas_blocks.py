@@ -158,3 +158,15 @@ def test_cudnn_refuses_dropout_instead_of_ignoring_it():
         )
         clean = dense.dense_attention(q, k, v, implementation="auto")
         assert not np.allclose(np.asarray(out, np.float32), np.asarray(clean, np.float32))
+
+
+def test_higher_order_derivatives_name_the_way_out():
+    q, k, v, _ = _inputs(1, 32, 32, 1, 16, jnp.float32)
+
+    def f(q):
+        return dense.dense_attention(q, k, v, implementation="pallas", block_q=16, block_k=16).sum()
+
+    with pytest.raises(NotImplementedError, match="reference"):
+        jax.jvp(f, (q,), (q,))
+    with pytest.raises(NotImplementedError, match="reference"):
+        jax.grad(lambda q: jax.grad(f)(q).sum())(q)
