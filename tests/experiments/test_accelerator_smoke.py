@@ -40,3 +40,28 @@ def test_gpu_scale_refuses_a_cpu_backend():
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "needs a GPU backend" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_summary_rows_compare_against_the_targets():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "acc_run", REPO / "experiments/accelerator/run.py"
+    )
+    run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run)
+    rows = [
+        dict(section="dense", T=1024, B=16, causal=True, seconds={"fused": 1.0, "auto": 1.25}),
+        dict(section="dense", T=2048, B=8, causal=False, seconds={"fused": 1.0, "auto": "error"}),
+        dict(section="sparse", T=12288, B=1, causal=True,
+             seconds={"fused_dense": 10.0, "strided_pallas": 2.0, "strided_blocksparse": 1.0,
+                      "fixed_pallas": 4.0, "fixed_blocksparse": 1.0}),
+        dict(section="train", mfu=0.4, tokens_per_s=1e5, B=16, T=1024),
+    ]  # fmt: skip
+    got = {r["study"]: r["ours"] for r in run.summary_rows(rows, "GPU")}
+    assert got == {
+        "dense fwd+bwd, GPU": "0.80x",  # the failed contender gives no row
+        "Sparse Transformer strided vs dense, GPU": "5.00x",  # the kernel, not the JAX engine
+        "Sparse Transformer fixed vs dense, GPU": "2.50x",
+        "GPT-2-small-class training, GPU": "40.0%",
+    }
