@@ -38,7 +38,7 @@ PATTERN_CASES = [
 
 
 @pytest.mark.parametrize(
-    "options,causal", zip(PATTERN_CASES, [False, True, False, True]), ids=lambda o: str(o)
+    "options,causal", list(zip(PATTERN_CASES, [False, True, False, True])), ids=str
 )
 def test_blocksparse_engine_equals_masked(options, causal):
     b, t, h, d = 2, 72, 2, 8  # 72: the last block is partial

@@ -108,7 +108,7 @@ def test_pattern_errors(args, match):
         ("sparse_fixed", {"stride": 16, "block_size": 5}, 256, "block_size"),
         ("sparse_strided", {"stride": 512}, 256, "exceeds"),
         ("sparse_strided", {"head_mode": "mixed"}, 256, "head_mode"),
-        ("sparse_strided", {"implementation": "pallas"}, 256, "implementation"),
+        ("sparse_strided", {"implementation": "magic"}, 256, "implementation"),
         ("sparse_strided", {"distinct_summaries": True}, 256, "sparse_fixed only"),
     ],
 )
