@@ -111,6 +111,7 @@ def test_activation_memory_is_flat_with_depth():
     assert per_layer_rev < 0.1 * per_layer_std, mem
 
 
+@pytest.mark.slow  # ~30 s of compilation
 def test_lsh_fallback_hashing_uses_the_configured_seed():
     """Without RNG streams (evaluation) the rotations come from ``attention_options.lsh.seed``
     as in the non-reversible model: the same seed gives the same logits, another seed

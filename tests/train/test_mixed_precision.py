@@ -8,6 +8,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from seqjax.models.transformer import TransformerConfig, TransformerLM
 from seqjax.train import loop
@@ -26,6 +27,7 @@ def test_policy_dtypes():
     assert model.apply({"params": params}, tokens).dtype == jnp.float32  # logits
 
 
+@pytest.mark.slow  # two 40-step runs (~35 s); `python -m pytest -m slow`
 def test_bf16_run_matches_f32_loss(helpers, corpus, tmp_path):
     finals = {}
     for dtype in ("float32", "bfloat16"):
