@@ -81,11 +81,19 @@ def reference_attention(
     Returns:
       ``[B, T, H, Dv]`` in the dtype of ``q``.
     """
-    b, t, _, d = q.shape
+    b, t, _, _ = q.shape
     s = k.shape[1]
-    scale = scale if scale is not None else 1.0 / np.sqrt(d)
-    logits_BHTS = jnp.einsum("bthd,bshd->bhts", q, k, preferred_element_type=jnp.float32)
     valid = masks_lib.dense_mask(b, t, s, causal=causal, mask=mask, segment_ids=segment_ids)
+    return masked_attention(
+        q, k, v, valid, scale=scale, dropout_rate=dropout_rate, dropout_rng=dropout_rng
+    )
+
+
+def masked_attention(q, k, v, valid, *, scale=None, dropout_rate=0.0, dropout_rng=None):
+    """Materialized attention under any boolean mask ``valid`` broadcastable to
+    ``[B, H, T, S]`` (True = attend): the ground truth of every mask and pattern."""
+    scale = scale if scale is not None else 1.0 / np.sqrt(q.shape[-1])
+    logits_BHTS = jnp.einsum("bthd,bshd->bhts", q, k, preferred_element_type=jnp.float32)
     probs_BHTS = _softmax_masked(logits_BHTS * scale, valid)
     if dropout_rate > 0.0:
         if dropout_rng is None:

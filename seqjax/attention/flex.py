@@ -250,7 +250,9 @@ def flex_attention(
         pattern_TS = fn(jnp.arange(t)[:, None], jnp.arange(s)[None, :])
         extra = masks_lib.dense_mask(b, t, s, causal=causal, mask=mask, segment_ids=segment_ids)
         valid = pattern_TS[None, None] if extra is None else extra & pattern_TS[None, None]
-        return _masked_reference(q, k, v, valid, scale, dropout_rate, dropout_rng)
+        return dense.masked_attention(
+            q, k, v, valid, scale=scale, dropout_rate=dropout_rate, dropout_rng=dropout_rng
+        )
     backend = jax.default_backend()
     if implementation == "splash" or (
         implementation == "auto" and backend == "tpu" and dropout_rate == 0.0 and key is None
@@ -273,23 +275,6 @@ def flex_attention(
         q, k, v, table=table, count=count, block_q=bs, block_k=bs, mask_fn=elem_fn,
         dropout_rate=dropout_rate, dropout_rng=dropout_rng, **common,
     )  # fmt: skip
-
-
-def _masked_reference(q, k, v, valid_BHTS, scale, dropout_rate, dropout_rng):
-    """Dense attention with a full boolean mask (the ground truth of every pattern)."""
-    d = q.shape[-1]
-    scale = scale if scale is not None else 1.0 / np.sqrt(d)
-    logits = jnp.einsum("bthd,bshd->bhts", q, k, preferred_element_type=jnp.float32) * scale
-    probs = dense._softmax_masked(logits, valid_BHTS)
-    if dropout_rate > 0.0:
-        if dropout_rng is None:
-            raise ValueError("dropout_rate > 0 needs a dropout_rng")
-        keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, probs.shape)
-        probs = probs * keep / (1.0 - dropout_rate)
-    out = jnp.einsum(
-        "bhts,bshd->bthd", probs.astype(v.dtype), v, preferred_element_type=jnp.float32
-    )
-    return out.astype(q.dtype)
 
 
 def _validate(options: dict, seq_len: int) -> None:
