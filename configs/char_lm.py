@@ -15,13 +15,14 @@ Every field not set here is documented in ``seqjax/train/defaults.py`` and
 """
 
 from seqjax import data
+from seqjax.configs import common
 from seqjax.train import defaults
+
+VARIANTS = ("default", "smoke")
 
 
 def get_config(arg: str | None = None):
-    variant = arg or "default"
-    if variant not in ("default", "smoke"):
-        raise ValueError(f"configs/char_lm.py variant {variant!r}; valid: default, smoke")
+    variant = common.variant(arg, VARIANTS, "configs/char_lm.py")
     d = data.default_config()
     d.name = "pystdlib"  # this Python's stdlib .py files: embedded, no download
     d.vocab = "chars"  # one token per character (the training split's characters)

@@ -28,8 +28,10 @@ set here are documented in ``seqjax/train/defaults.py`` and ``seqjax/data/config
 import ml_collections
 
 from seqjax import data
+from seqjax.configs import common
 from seqjax.train import defaults, optim
 
+VARIANTS = ("default", "full", "smoke")
 MECHANISMS = ("dense", "sparse_fixed", "linformer", "lsh")
 
 
@@ -46,11 +48,7 @@ def attention_options(max_len: int) -> ml_collections.ConfigDict:
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    variant = arg or "default"
-    if variant not in ("default", "full", "smoke"):
-        raise ValueError(
-            f"configs/lra_listops.py variant {variant!r}; valid: default (= full), full, smoke"
-        )
+    variant = common.variant(arg, VARIANTS, "configs/lra_listops.py")  # default = full
     d = data.default_config()
     d.name = "listops"  # nested MAX/MIN/MED/SM expressions, 10 classes
     d.max_len = 2047  # tokens per expression (LRA: 2,000; + CLS = 2,048 model inputs)

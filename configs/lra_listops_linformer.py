@@ -23,47 +23,28 @@ Fields not set here are documented in ``seqjax/train/defaults.py`` and
 ``configs/lra_listops.py``.
 """
 
-import importlib.util
-from pathlib import Path
-
 import ml_collections
 
 from seqjax.attention import linformer
+from seqjax.configs import common
 
 KS = (128, 256)
 
 
 def parse_arg(arg: str | None, config_file: str) -> dict:
     """``"k=256,sharing=kv,smoke"`` -> ``{"k": 256, "sharing": "kv", "smoke": True}``."""
-    out = {"k": 256, "sharing": "headwise", "smoke": False}
-    for item in [a.strip() for a in (arg or "").split(",") if a.strip()]:
-        key, _, value = item.partition("=")
-        if key == "smoke" and not value:
-            out["smoke"] = True
-        elif key == "k" and value.isdigit() and int(value) in KS:
-            out["k"] = int(value)
-        elif key == "sharing" and value in linformer.SHARING:
-            out["sharing"] = value
-        else:
-            raise ValueError(
-                f"{config_file} argument {item!r} is not valid; use comma-separated "
-                f"k={'|'.join(map(str, KS))}, sharing={'|'.join(linformer.SHARING)}, smoke"
-            )
-    return out
-
-
-def _dense():
-    """``configs/lra_listops.py`` (the dense baseline this config modifies), loaded by path."""
-    path = Path(__file__).resolve().parent / "lra_listops.py"
-    spec = importlib.util.spec_from_file_location("configs_lra_listops", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return common.parse_args(
+        arg,
+        config_file,
+        flags=("smoke",),
+        options={"k": KS, "sharing": linformer.SHARING},
+        defaults={"k": 256, "sharing": "headwise"},
+    )
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     a = parse_arg(arg, "configs/lra_listops_linformer.py")
-    c = _dense().get_config("smoke" if a["smoke"] else None)
+    c = common.load("lra_listops", __file__).get_config("smoke" if a["smoke"] else None)
     m = c.model
     m.attention = "linformer"  # every layer uses Linformer
     lin = m.attention_options.linformer

@@ -30,8 +30,10 @@ are documented in ``seqjax/train/defaults.py`` and ``seqjax/data/config.py``.
 import ml_collections
 
 from seqjax import data
+from seqjax.configs import common
 from seqjax.train import defaults, optim
 
+VARIANTS = ("default", "full", "smoke")
 MECHANISMS = ("dense", "sparse_fixed", "linformer", "lsh")
 
 
@@ -48,11 +50,7 @@ def attention_options(max_len: int) -> ml_collections.ConfigDict:
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    variant = arg or "default"
-    if variant not in ("default", "full", "smoke"):
-        raise ValueError(
-            f"configs/lra_text.py variant {variant!r}; valid: default (= full), full, smoke"
-        )
+    variant = common.variant(arg, VARIANTS, "configs/lra_text.py")  # default = full
     d = data.default_config()
     d.name = "imdb_bytes"  # byte-level IMDB sentiment, vocabulary 257 (0 = pad)
     d.max_len = 4095  # bytes per review (LRA Text 4K, + CLS = 4,096); longer are truncated

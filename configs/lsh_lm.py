@@ -25,15 +25,14 @@ key in evaluation (see ``seqjax/attention/lsh.py``).
 import ml_collections
 
 from seqjax import data
+from seqjax.configs import common
 from seqjax.train import defaults
 
 VARIANTS = ("default", "mixed", "smoke")
 
 
 def get_config(arg: str | None = None):
-    variant = arg or "default"
-    if variant not in VARIANTS:
-        raise ValueError(f"configs/lsh_lm.py variant {variant!r}; valid: {', '.join(VARIANTS)}")
+    variant = common.variant(arg, VARIANTS, "configs/lsh_lm.py")
     d = data.default_config()
     d.name = "pystdlib"  # this Python's stdlib .py files: embedded, no download
     d.vocab = "chars"  # one token per character

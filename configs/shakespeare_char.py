@@ -23,33 +23,20 @@ Variants (``:arg``): ``default``, ``smoke``. Override the mechanism with
 ``--config.model.attention=sparse_fixed`` (options under ``config.model.attention_options``).
 """
 
-import os
-from pathlib import Path
-
 import ml_collections
 
 from seqjax import data
+from seqjax.configs import common
 from seqjax.train import defaults
 
 VARIANTS = ("default", "smoke")
 
 
-def shakespeare_path() -> str:
-    """``tinyshakespeare/input.txt`` under $SEQJAX_SHARED_DATA or ``<repo>/../shared/data``."""
-    root = os.environ.get("SEQJAX_SHARED_DATA")
-    base = Path(root) if root else Path(__file__).resolve().parents[1].parent / "shared" / "data"
-    return str(base / "tinyshakespeare" / "input.txt")
-
-
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    variant = arg or "default"
-    if variant not in VARIANTS:
-        raise ValueError(
-            f"configs/shakespeare_char.py variant {variant!r}; valid: {', '.join(VARIANTS)}"
-        )
+    variant = common.variant(arg, VARIANTS, "configs/shakespeare_char.py")
     d = data.default_config()
     d.name = "text_file"  # one local file, 90/5/5 split (nanoGPT: 90/10)
-    d.path = shakespeare_path()  # tiny shakespeare, 1.1M characters
+    d.path = common.shared_data_file("tinyshakespeare/input.txt")  # 1.1M characters
     d.vocab = "chars"  # 65 characters, as nanoGPT's prepare.py
     d.seq_len = 64  # nanoGPT block_size 64 (the CPU command)
     d.batch_size = 12  # nanoGPT batch_size 12 (the CPU command)

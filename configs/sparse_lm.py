@@ -19,33 +19,20 @@ Variants (``:arg``, comma-separated): ``fixed`` (default) or ``strided`` (the pa
 and ``seqjax/data/config.py``.
 """
 
-import importlib.util
-from pathlib import Path
-
 import ml_collections
+
+from seqjax.configs import common
 
 ARGS = ("fixed", "strided", "split", "smoke")
 
 
-def _char_lm():
-    """``configs/char_lm.py`` (configs/ is not a package: load it by path)."""
-    path = Path(__file__).resolve().parent / "char_lm.py"
-    spec = importlib.util.spec_from_file_location("configs_char_lm", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def get_config(arg: str | None = None):
-    args = [a.strip() for a in (arg or "").split(",") if a.strip()]
-    for a in args:
-        if a not in ARGS:
-            raise ValueError(f"configs/sparse_lm.py variant {a!r}; valid: {', '.join(ARGS)}")
-    if "fixed" in args and "strided" in args:
+    args = common.parse_args(arg, "configs/sparse_lm.py", flags=ARGS)
+    if args["fixed"] and args["strided"]:
         raise ValueError("configs/sparse_lm.py: choose one of the variants fixed, strided")
-    smoke = "smoke" in args
-    kind = "strided" if "strided" in args else "fixed"
-    c = _char_lm().get_config("smoke" if smoke else "default")
+    smoke = args["smoke"]
+    kind = "strided" if args["strided"] else "fixed"
+    c = common.load("char_lm", __file__).get_config("smoke" if smoke else "default")
 
     d, m = c.data, c.model
     d.seq_len = 64 if smoke else 1024  # characters of context (stride ≈ sqrt(seq_len))
@@ -54,7 +41,7 @@ def get_config(arg: str | None = None):
     m.attention = f"sparse_{kind}"  # every layer uses the sparse pattern (the LM is causal)
     shared = dict(
         stride=8 if smoke else 32,  # l ≈ sqrt(seq_len)
-        head_mode="split" if "split" in args else "merged",  # §4.3 merged / multi-head
+        head_mode="split" if args["split"] else "merged",  # §4.3 merged / multi-head
         implementation="blocksparse",  # only the blocks the pattern touches
     )
     # Options of both patterns (a sweep switches model.attention alone).

@@ -28,17 +28,14 @@ not set here is documented in ``seqjax/train/defaults.py`` and ``seqjax/data/con
 import ml_collections
 
 from seqjax import data
+from seqjax.configs import common
 from seqjax.train import defaults
 
 VARIANTS = ("default", "smoke")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    variant = arg or "default"
-    if variant not in VARIANTS:
-        raise ValueError(
-            f"configs/sparse_transformer_enwik8.py variant {variant!r}; valid: {VARIANTS}"
-        )
+    variant = common.variant(arg, VARIANTS, "configs/sparse_transformer_enwik8.py")
     d = data.default_config()
     d.name = "enwik8"  # 90M / 5M / 5M bytes (standard split)
     d.vocab = "bytes"  # 256 symbols

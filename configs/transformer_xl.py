@@ -31,31 +31,20 @@ Variants (``:arg``): ``default``, ``smoke``. Every field not set here is documen
 ``seqjax/train/defaults.py`` and ``seqjax/data/config.py``.
 """
 
-import os
-from pathlib import Path
-
 import ml_collections
 
 from seqjax import data
+from seqjax.configs import common
 from seqjax.train import defaults
 
 VARIANTS = ("default", "smoke")
 
 
-def shakespeare_path() -> str:
-    """``tinyshakespeare/input.txt`` under $SEQJAX_SHARED_DATA or ``<repo>/../shared/data``."""
-    root = os.environ.get("SEQJAX_SHARED_DATA")
-    base = Path(root) if root else Path(__file__).resolve().parents[1].parent / "shared" / "data"
-    return str(base / "tinyshakespeare" / "input.txt")
-
-
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    variant = arg or "default"
-    if variant not in VARIANTS:
-        raise ValueError(f"configs/transformer_xl.py variant {variant!r}; valid: {VARIANTS}")
+    variant = common.variant(arg, VARIANTS, "configs/transformer_xl.py")
     d = data.default_config()
     d.name = "text_file"  # tiny shakespeare (1.1M characters), split 90/5/5
-    d.path = shakespeare_path()  # the shared copy beside the repository
+    d.path = common.shared_data_file("tinyshakespeare/input.txt")  # the shared copy
     d.vocab = "chars"  # 65 characters
     d.lm_batching = "stream"  # row r continues its own stream every step (needed by XL)
     d.seq_len = 64  # tgt_len: characters per training segment

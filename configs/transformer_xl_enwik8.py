@@ -32,15 +32,14 @@ Variants (``:arg``): ``enwik8_12l`` (default), ``enwik8_24l``, ``text8``, ``smok
 import ml_collections
 
 from seqjax import data
+from seqjax.configs import common
 from seqjax.train import defaults
 
 VARIANTS = ("enwik8_12l", "enwik8_24l", "text8", "smoke")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    variant = arg or "enwik8_12l"
-    if variant not in VARIANTS:
-        raise ValueError(f"configs/transformer_xl_enwik8.py variant {variant!r}; valid: {VARIANTS}")
+    variant = common.variant(arg, VARIANTS, "configs/transformer_xl_enwik8.py")
     d = data.default_config()
     d.name = "text8" if variant == "text8" else "enwik8"  # 90M / 5M / 5M split (standard)
     d.vocab = "chars" if variant == "text8" else "bytes"  # text8: 27 characters; enwik8: bytes

@@ -15,7 +15,6 @@ between the markers in the README:
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -25,6 +24,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from seqjax import bench  # noqa: E402
+from seqjax.configs import common as config_files  # noqa: E402
 
 BEGIN, END = "<!-- summary:begin -->", "<!-- summary:end -->"
 COLUMNS = [
@@ -60,10 +60,8 @@ def _summary(path: Path, payload: dict, root: Path) -> list[dict]:
     if script is None:
         return []
     name = "study_" + script.replace("/", "_").removesuffix(".py")
-    spec = importlib.util.spec_from_file_location(name, root / script)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
+    # registered: dataclasses look their module up
+    module = config_files.load_file(root / script, name, register=True)
     return module.summary_rows(payload)
 
 

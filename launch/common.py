@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shlex
 import sys
@@ -11,6 +10,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from seqjax.configs import common as config_files  # noqa: E402
 from seqjax.train import paths  # noqa: E402
 
 
@@ -37,17 +37,7 @@ def shell_join(cmd: list[str]) -> str:
 
 def load_config_module(config: str):
     """Imports the config file named by ``--config`` (``path.py[:variant]``)."""
-    path = Path(paths.config_file(config).split(":", 1)[0])
-    if not path.is_file():
-        raise FileNotFoundError(f"config file {path} does not exist")
-    spec = importlib.util.spec_from_file_location(f"_seqjax_config_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(REPO))
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(REPO))
-    return module
+    return config_files.load_file(paths.config_file(config).split(":", 1)[0])
 
 
 def sweep_points(config: str) -> list[dict]:

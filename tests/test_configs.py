@@ -1,20 +1,19 @@
 """Every config file loads, validates (before compiling anything) and its sweep applies."""
 
-import importlib.util
-
 import pytest
 
+from seqjax.configs import common
 from seqjax.train import config_validation
 from tests.conftest import REPO
 
-CONFIGS = sorted(p for p in (REPO / "configs").glob("*.py") if not p.name.startswith("_"))
+# Every job config (common.py holds what they share and is not one).
+CONFIGS = sorted(
+    p for p in (REPO / "configs").glob("*.py") if not p.name.startswith("_") and p.stem != "common"
+)
 
 
 def _load(path):
-    spec = importlib.util.spec_from_file_location(f"cfg_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return common.load_file(path, name=f"cfg_{path.stem}")
 
 
 def _set(config, dotted: str, value):
@@ -52,3 +51,38 @@ def test_config_loads_and_validates(path):
 def test_configs_exist():
     names = {p.name for p in CONFIGS}
     assert {"char_lm.py", "lra_text.py", "lra_listops.py"} <= names
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_unknown_variant_names_the_file(path):
+    """A bad ``:arg`` is one ValueError naming the config file and the bad item."""
+    with pytest.raises(ValueError, match=rf"configs/{path.name} .*'no_such_variant'"):
+        _load(path).get_config("no_such_variant")
+
+
+def test_variant_and_parse_args():
+    assert common.variant(None, ("a", "b"), "f.py") == "a"
+    assert common.variant("b", ("a", "b"), "f.py") == "b"
+    with pytest.raises(ValueError, match=r"^f\.py variant 'c'; valid: a, b$"):
+        common.variant("c", ("a", "b"), "f.py")
+    options = {"k": (128, 256), "sharing": ("none", "kv")}
+    got = common.parse_args(" k=128 , smoke", "f.py", ("smoke", "fast"), options, {"k": 256})
+    assert got == {"smoke": True, "fast": False, "k": 128, "sharing": None}
+    assert type(got["k"]) is int  # the valid value itself, not its text
+    for bad in ("k=64", "k", "smoke=1", "sharing=all", "slow"):
+        with pytest.raises(ValueError, match=r"k=128\|256, sharing=none\|kv, smoke, fast"):
+            common.parse_args(bad, "f.py", ("smoke", "fast"), options)
+
+
+def test_load_sibling_config_from_its_own_folder(tmp_path):
+    """``common.load(name, __file__)`` reads the sibling next to the calling config (a copy
+    edited outside the checkout), ``common.load(name)`` the shipped one."""
+    (tmp_path / "char_lm.py").write_text("def get_config(arg=None):\n    return arg\n")
+    assert common.load("char_lm", tmp_path / "other.py").get_config("x") == "x"
+    shipped = common.load("char_lm")
+    assert shipped.__file__ == str((REPO / "configs" / "char_lm.py").resolve())
+    assert common.load_config("char_lm:smoke").train.num_steps == (
+        common.load_config(str(REPO / "configs" / "char_lm.py") + ":smoke").train.num_steps
+    )
+    with pytest.raises(FileNotFoundError, match="no_such.py does not exist"):
+        common.load("no_such")

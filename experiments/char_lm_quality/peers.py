@@ -37,7 +37,6 @@ Legend: B batch, T context, V vocabulary, E width, L layers, H heads.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import math
 import sys
 import time
@@ -51,6 +50,7 @@ import numpy as np
 import optax
 
 from seqjax import bench
+from seqjax.configs import common as config_files
 from seqjax.train import optim, sharding, state
 from seqjax.train import step as step_lib
 
@@ -61,11 +61,7 @@ CONTENDERS = ("pytorch", "seqjax", "flax+optax")
 
 
 def load_config(scale: str):
-    path = REPO / "configs" / "shakespeare_char.py"
-    spec = importlib.util.spec_from_file_location("configs_shakespeare_char_peers", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config("smoke" if scale == "smoke" else "default")
+    return config_files.load_config(f"shakespeare_char:{'smoke' if scale == 'smoke' else ''}")
 
 
 # ---------------------------------------------------------------------------- data
@@ -243,9 +239,7 @@ def torch_available() -> str | None:
 
 def torch_contender(config, vocab_size: int, batches, steps: int):
     """PyTorch nanoGPT (``nanogpt_torch.py``) trained eagerly, nanoGPT's loop body."""
-    spec = importlib.util.spec_from_file_location("nanogpt_torch", HERE / "nanogpt_torch.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = config_files.load_file(HERE / "nanogpt_torch.py", "nanogpt_torch")
     return module.make_torch_peer(hparams(config), vocab_size, batches, steps, seed=config.seed)
 
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import io
 import logging
 import os
@@ -46,6 +45,7 @@ import ml_collections
 
 from seqjax import attention as attention_lib
 from seqjax import bench
+from seqjax.configs import common as config_files
 from seqjax.train import checkpoint as checkpoint_lib
 from seqjax.train import loop, metrics, setup
 
@@ -76,11 +76,7 @@ SCALES = ("smoke", "cpu", "full")
 
 def load_config(variant: str) -> ml_collections.ConfigDict:
     """``configs/shakespeare_char.py:<variant>`` (configs/ is not a package)."""
-    path = REPO / "configs" / "shakespeare_char.py"
-    spec = importlib.util.spec_from_file_location("configs_shakespeare_char", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(variant)
+    return config_files.load("shakespeare_char").get_config(variant)
 
 
 def job_config(scale: str, mechanism: str, options: dict, tfds_dir: str | None):
@@ -177,11 +173,7 @@ def main(argv=None) -> dict:
 
 
 def _peers_module():
-    spec = importlib.util.spec_from_file_location("char_lm_peers", HERE / "peers.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["char_lm_peers"] = module
-    spec.loader.exec_module(module)
-    return module
+    return config_files.load_file(HERE / "peers.py", "char_lm_peers", register=True)
 
 
 def summary_rows(rows, peers: dict | None, scale: str) -> list[dict]:

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import io
 import logging
 import os
@@ -46,6 +45,7 @@ import ml_collections
 
 from seqjax import attention as attention_lib
 from seqjax import bench
+from seqjax.configs import common as config_files
 from seqjax.train import defaults, loop, optim
 
 HERE = Path(__file__).resolve().parent
@@ -75,11 +75,7 @@ def options(mechanism: str, t: int, scale: str) -> dict:
 
 
 def load_base(task: str, smoke: bool) -> ml_collections.ConfigDict:
-    path = REPO / "configs" / TASKS[task]
-    spec = importlib.util.spec_from_file_location(f"configs_{task}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config("smoke" if smoke else None)
+    return config_files.load(REPO / "configs" / TASKS[task]).get_config("smoke" if smoke else None)
 
 
 def set_recipe(c: ml_collections.ConfigDict, task: str, recipe: str, warmup: int) -> None:

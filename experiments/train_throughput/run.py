@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import importlib.util
 import json
 import os
 import platform
@@ -37,10 +36,9 @@ PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "V100": 125e12, "L
 
 
 def load_config(scale: str):
-    spec = importlib.util.spec_from_file_location("char_lm", REPO / "configs" / "char_lm.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    config = module.get_config("smoke" if scale == "smoke" else "default")
+    from seqjax.configs import common as config_files
+
+    config = config_files.load_config("char_lm:smoke" if scale == "smoke" else "char_lm")
     config.train.num_steps = 100_000  # the schedule length does not matter here
     return config
 

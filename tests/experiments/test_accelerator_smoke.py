@@ -43,13 +43,9 @@ def test_gpu_scale_refuses_a_cpu_backend():
 
 
 def test_summary_rows_compare_against_the_targets():
-    import importlib.util
+    from seqjax.configs import common
 
-    spec = importlib.util.spec_from_file_location(
-        "acc_run", REPO / "experiments/accelerator/run.py"
-    )
-    run = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(run)
+    run = common.load_file(REPO / "experiments/accelerator/run.py", "acc_run")
     rows = [
         dict(section="dense", T=1024, B=16, causal=True, seconds={"fused": 1.0, "auto": 1.25}),
         dict(section="dense", T=2048, B=8, causal=False, seconds={"fused": 1.0, "auto": "error"}),

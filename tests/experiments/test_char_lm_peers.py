@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from seqjax.configs import common
 from tests.experiments.test_studies_smoke import EXPERIMENTS, load_script
 
 TORCH_MISSING = importlib.util.find_spec("torch") is None
@@ -85,12 +86,8 @@ def test_peers_smoke_interleaved_same_run(tmp_path):
 
 
 def _torch_module():
-    spec = importlib.util.spec_from_file_location(
-        "nanogpt_torch_test", EXPERIMENTS / "char_lm_quality" / "nanogpt_torch.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    path = EXPERIMENTS / "char_lm_quality" / "nanogpt_torch.py"
+    return common.load_file(path, "nanogpt_torch_test")
 
 
 @NEEDS_TORCH

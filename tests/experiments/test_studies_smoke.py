@@ -12,13 +12,14 @@ machine) are marked ``slow``; the rest run in the default CI suite.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import sys
 from pathlib import Path
 
 import pytest
+
+from seqjax.configs import common
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 
@@ -27,11 +28,7 @@ def load_script(relpath: str):
     """Imports ``experiments/<relpath>`` as a module (experiments/ is not a package)."""
     path = EXPERIMENTS / relpath
     name = "study_" + relpath.replace("/", "_").removesuffix(".py")
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return common.load_file(path, name, register=True)
 
 
 def run_main(module, argv, monkeypatch):
