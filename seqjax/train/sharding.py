@@ -120,22 +120,70 @@ def rules_and_mesh(mesh):
         yield
 
 
+# A parameter this large that the rules meant to shard but that ends up replicated on every
+# device is worth a warning (MaxText's "sufficiently sharded" check): its dimension is not
+# divisible by the mesh axes the rules gave it, so each device holds (and updates) a copy.
+LARGE_PARAM_ELEMENTS = 1_000_000
+_warned_replicated: set[str] = set()  # parameter paths already warned about (once each)
+
+
+def _intended_axes(logical) -> list:
+    """Logical names -> the mesh axes ``RULES`` give each dimension (before divisibility)."""
+    if logical is None or not isinstance(logical, PartitionSpec | tuple):
+        return []
+    return list(nn.logical_to_mesh_axes(tuple(logical), RULES))
+
+
+def _axes_size(ax, mesh) -> int:
+    """Devices a dimension is split over (``ax``: None, a mesh axis or a tuple of them)."""
+    if ax is None:
+        return 1
+    return math.prod(mesh.shape[n] for n in ((ax,) if isinstance(ax, str) else ax))
+
+
 def _mesh_spec(logical, shape, mesh) -> PartitionSpec:
     """Logical names -> PartitionSpec; a dimension a mesh axis does not divide is replicated."""
-    if logical is None or not isinstance(logical, PartitionSpec | tuple):
-        return PartitionSpec()
-    axes = list(nn.logical_to_mesh_axes(tuple(logical), RULES))
+    axes = _intended_axes(logical)
     for d, ax in enumerate(axes):
-        if ax is None:
-            continue
-        names = (ax,) if isinstance(ax, str) else tuple(ax)
-        if shape[d] % math.prod(mesh.shape[n] for n in names):
+        if shape[d] % _axes_size(ax, mesh):
             axes[d] = None
     return PartitionSpec(*axes)
 
 
+def warn_replicated(name: str, logical, shape, mesh) -> bool:
+    """Warns (once per ``name``, through logging) when a parameter of at least
+    ``LARGE_PARAM_ELEMENTS`` elements that ``RULES`` shard over more than one device ends up
+    fully replicated because no dimension divides its mesh axes. Returns whether it warned.
+    """
+    intended = _intended_axes(logical)
+    meant = math.prod(_axes_size(ax, mesh) for ax in intended) if intended else 1
+    if math.prod(shape) < LARGE_PARAM_ELEMENTS or meant == 1 or name in _warned_replicated:
+        return False
+    placed = _mesh_spec(logical, shape, mesh)
+    if any(_axes_size(ax, mesh) > 1 for ax in placed):
+        return False
+    _warned_replicated.add(name)
+    wanted = ", ".join(
+        f"dim {d} ({shape[d]}) over {ax} ({_axes_size(ax, mesh)})"
+        for d, ax in enumerate(intended)
+        if _axes_size(ax, mesh) > 1
+    )
+    logging.warning(
+        "parameter %s %s (%s elements) is replicated on every device: the sharding rules "
+        "split %s, which does not divide; choose sizes divisible by the mesh (config.mesh)",
+        name,
+        tuple(shape),
+        f"{math.prod(shape):,}",
+        wanted,
+    )
+    return True
+
+
 def state_shardings(abstract_boxed, mesh):
     """NamedShardings for the unboxed state from its abstract, logically-boxed version.
+
+    A large parameter the rules meant to shard but that stays replicated is logged once
+    (``warn_replicated``).
 
     Args:
       abstract_boxed: ``jax.eval_shape`` of a state whose parameters (and optimizer moments)
@@ -144,6 +192,15 @@ def state_shardings(abstract_boxed, mesh):
     """
     logical = nn.get_partition_spec(abstract_boxed)
     shapes = nn.unbox(abstract_boxed)
+    if isinstance(shapes, dict) and "params" in shapes:  # the parameters, not their moments
+        jax.tree_util.tree_map_with_path(
+            lambda path, spec, x: warn_replicated(
+                "/".join(str(getattr(p, "key", p)) for p in path), spec, x.shape, mesh
+            ),
+            logical["params"],
+            shapes["params"],
+            is_leaf=lambda s: isinstance(s, PartitionSpec),
+        )
     return jax.tree.map(
         lambda spec, x: NamedSharding(mesh, _mesh_spec(spec, x.shape, mesh)),
         logical,
