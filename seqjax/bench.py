@@ -7,32 +7,30 @@ runs (median, min, max); peak memory comes from the compiled program
 Speed is reported as ratios measured side by side in one run; absolute times are labelled
 with the device they came from.
 
-Every result says how it was measured: ``environment()`` records the CPU model, core and
-thread counts, library versions and commit; ``LoadProbe`` records the load average before
-and after a measurement and the CPU that *other* processes used meanwhile (from
-``/proc/stat`` minus this process's own CPU time), and flags the run ``noisy`` when that
-exceeds ``NOISY_FRACTION`` of the cores. ``interleave`` times contenders in turns
-(A B A B ...) so that drifting machine load hits all of them alike, and reports medians.
+Every result says how it was measured: ``environment()`` (``seqjax.environment``) records
+the CPU model, core and thread counts, library versions and commit; ``LoadProbe`` records
+the load average before and after a measurement and the CPU that *other* processes used
+meanwhile (from ``/proc/stat`` minus this process's own CPU time), and flags the run
+``noisy`` when that exceeds ``NOISY_FRACTION`` of the cores. ``interleave`` times
+contenders in turns (A B A B ...) so that drifting machine load hits all of them alike, and
+reports medians.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import json
 import os
-import platform
 import resource
-import subprocess
-import threading
 import time
 from collections.abc import Callable, Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
+
+from seqjax import environment as environment_lib
 
 
 @dataclasses.dataclass
@@ -113,90 +111,10 @@ def benchmark(fn: Callable, *args, repeats: int = 5, warmup: int = 1, max_bytes:
     return {"status": "ok", "memory": memory, "timing": dataclasses.asdict(timing)}
 
 
-def git_commit(repo: Path | None = None) -> str:
-    """The current git commit (with ``-dirty`` if the tree has changes), or "unknown"."""
-    cwd = repo or Path(__file__).resolve().parents[1]
-    try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        return sha + ("-dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def package_versions(names: Sequence[str] = ("jax", "jaxlib", "flax", "optax", "numpy")):
-    out = {}
-    for n in names:
-        try:
-            out[n] = metadata.version(n)
-        except metadata.PackageNotFoundError:
-            out[n] = None
-    return out
-
-
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def thread_counts() -> dict[str, Any]:
-    """Cores this process may use, its live threads, and the settings that size thread pools."""
-    try:
-        affinity = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        affinity = os.cpu_count()
-    os_threads = None
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Threads:"):
-                os_threads = int(line.split()[1])
-    except OSError:
-        pass
-    env = ("XLA_FLAGS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TF_NUM_INTEROP_THREADS")
-    return {
-        "cpu_affinity": affinity,
-        "os_threads": os_threads,
-        "python_threads": threading.active_count(),
-        "env": {k: os.environ[k] for k in env if k in os.environ},
-    }
-
-
 def environment() -> dict[str, Any]:
     """Machine, CPU, threads, devices, versions, commit and current load: recorded with every
-    result file."""
-    devices = jax.devices()
-    return {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": platform.node(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_model": cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "threads": thread_counts(),
-        "loadavg": _loadavg(),
-        "backend": jax.default_backend(),
-        "devices": [str(d.device_kind) for d in devices],
-        "device_count": len(devices),
-        "versions": package_versions(),
-        "commit": git_commit(),
-    }
+    result file (``seqjax.environment.capture``)."""
+    return environment_lib.capture()
 
 
 # ------------------------------------------------------------------ load and interleaving
@@ -211,11 +129,7 @@ MIN_WINDOW_S = 0.5
 MEASUREMENTS: list[dict] = []
 
 
-def _loadavg() -> list[float] | None:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
+_loadavg = environment_lib.loadavg
 
 
 def _busy_cpu_seconds() -> float | None:

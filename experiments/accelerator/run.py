@@ -30,9 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -41,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from seqjax import attention, bench
+from seqjax import attention, bench, environment
 from seqjax.models.transformer import TransformerConfig, TransformerLM
 from seqjax.train import flops
 
@@ -366,14 +364,7 @@ def main(argv=None):
         rows += efficient_section(scale)
     if "train" in sections:
         rows += train_section(scale["train_batch"], scale["rounds"], args.scale == "smoke")
-    env = dict(
-        device=getattr(device, "device_kind", str(device)),
-        backend=jax.default_backend(),
-        jax=jax.__version__,
-        load_avg=os.getloadavg(),
-        python=sys.version.split()[0],
-        date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-    )
+    env = {"device": getattr(device, "device_kind", str(device)), **environment.capture()}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     name = env["device"].replace(" ", "_") if args.scale != "smoke" else "smoke"

@@ -18,16 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import tempfile
 import time
 from pathlib import Path
 
-import grain
-import numpy as np
 import tensorflow_datasets as tfds
 
 import seqjax.data as sd
+from seqjax import environment
 
 BATCH, SEQ_LEN, STEPS_PER_S = 64, 256, 5  # the default training config's consumption
 TARGET = 10 * BATCH * SEQ_LEN * STEPS_PER_S
@@ -115,16 +113,7 @@ def main():
             results.append(r)
             print(json.dumps(r))
 
-    env = {
-        "machine": platform.machine(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "grain": getattr(grain, "__version__", "0.2.x"),
-        "tensorflow_datasets": tfds.__version__,
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-    }
+    env = environment.capture()
     report = {"target_tokens_per_s": TARGET, "env": env, "results": results}
     out = Path(args.out) if args.out else None
     if out is None:
@@ -140,7 +129,8 @@ def main():
         f"deliver at least 10x that: **{TARGET:,} tokens/s**.",
         "",
         f"Machine: {env['cpu_count']} CPU cores ({env['processor']}), Python {env['python']}, "
-        f"numpy {env['numpy']}, tensorflow-datasets {env['tensorflow_datasets']}; num_workers=0 "
+        f"numpy {env['versions']['numpy']}, tensorflow-datasets "
+        f"{env['versions']['tensorflow-datasets']}; num_workers=0 "
         f"(batches made in the training process); {args.seconds:g} s per measurement; "
         f"{env['date']}.",
         "",

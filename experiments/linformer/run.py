@@ -28,11 +28,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import json
-import os
-import platform
-import sys
 import time
 from pathlib import Path
 
@@ -40,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from seqjax import environment
 from seqjax.models import layers
 from seqjax.models.transformer import Block, TransformerConfig
 
@@ -317,13 +314,15 @@ def main(argv=None) -> dict:
     parser.add_argument("--max-n", type=int, default=0, help="stop after this n (0: all)")
     args = parser.parse_args(argv)
     scale = SCALES[args.scale]
+    env = environment.capture()
     meta = {
         "scale": args.scale,
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-        f"{jax.default_backend()} ({jax.devices()[0].device_kind})",
-        "jax": jax.__version__,
-        "python": sys.version.split()[0],
-        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "environment": env,
+        "machine": f"{env['processor']}, {env['cpu_count']} cores, "
+        f"{env['backend']} ({env['device_kind']})",
+        "jax": env["versions"]["jax"],
+        "python": env["python"],
+        "date": env["date"],
         "d_model": scale.d_model,
         "num_heads": scale.num_heads,
         "batch": scale.batch,

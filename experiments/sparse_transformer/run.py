@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
+import math
 import time
 from pathlib import Path
 
@@ -30,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax import attention
+from seqjax import attention, environment
 
 HERE = Path(__file__).resolve().parent
 SCALES = {
@@ -128,16 +127,9 @@ def _medians(rows):
 
 
 def machine() -> dict:
-    dev = jax.devices()[0]
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "load_average_at_start": os.getloadavg(),
-        "jax": jax.__version__,
-        "backend": jax.default_backend(),
-        "device": getattr(dev, "device_kind", str(dev)),
-    }
+    """``seqjax.environment.capture()`` with ``device`` (the kind of the first device)."""
+    env = environment.capture()
+    return env | {"device": env["device_kind"]}
 
 
 # Child et al. 2019, Table 2 (PAPERS.md §2): speed-up over dense attention at 12,288.
@@ -172,8 +164,8 @@ def write_outputs(rows, meta, out: Path, scale: str):
     lines = [
         f"Forward+backward of one causal attention layer, B=1, H={meta['heads']}, "
         f"D={meta['head_dim']}, float32; {meta['device']} ({meta['backend']}), jax "
-        f"{meta['jax']}, {meta['cpu_count']} cores, load average at start "
-        f"{meta['load_average_at_start'][0]:.1f}. Speed-up = best dense median / median.",
+        f"{meta['versions']['jax']}, {meta['cpu_count']} cores, load average at start "
+        f"{(meta['loadavg'] or [math.nan])[0]:.1f}. Speed-up = best dense median / median.",
         "",
         "| T | stride | mechanism | implementation | median s | speed-up vs best dense | "
         "predicted GB |",

@@ -21,8 +21,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
-import platform
+import math
 import time
 from pathlib import Path
 
@@ -128,16 +127,9 @@ def time_variant(config, steps: int, max_gb: float) -> dict:
 
 
 def machine() -> dict:
-    return {
-        "jax": jax.__version__,
-        "backend": jax.default_backend(),
-        "devices": [str(d) for d in jax.devices()],
-        "device_kind": jax.devices()[0].device_kind,
-        "cpu_count": os.cpu_count(),
-        "load_average_at_start": os.getloadavg(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-    }
+    from seqjax import environment
+
+    return environment.capture()
 
 
 def write(results: dict, scale: str, out=None) -> None:
@@ -146,12 +138,12 @@ def write(results: dict, scale: str, out=None) -> None:
     (out / f"{scale}.json").write_text(json.dumps(results, indent=2) + "\n")
     rows = results["variants"]
     base = next(iter(rows.values()))
+    m = results["machine"]
     lines = [
         f"# Training throughput of configs/char_lm.py ({scale})",
         "",
-        f"{results['machine']['device_kind']} x {len(results['machine']['devices'])}, "
-        f"jax {results['machine']['jax']}, {results['machine']['cpu_count']} CPUs, load "
-        f"average at start {results['machine']['load_average_at_start'][0]:.1f}. "
+        f"{m['device_kind']} x {m['device_count']}, jax {m['versions']['jax']}, "
+        f"{m['cpu_count']} CPUs, load average at start {(m['loadavg'] or [math.nan])[0]:.1f}. "
         "Ratios are to the first row, measured in the same process.",
         "",
         "| variant | tokens/s (step) | ratio | tokens/s (end to end) | predicted peak MB | MFU |",

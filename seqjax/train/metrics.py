@@ -5,36 +5,20 @@ description of the run (config, git commit, package versions, devices) written a
 from __future__ import annotations
 
 import datetime
-import importlib.metadata
 import json
 import logging
 import math
 import os
-import platform
 import socket
-import subprocess
 import sys
 import time
-from pathlib import Path
 
 import jax
 import numpy as np
 import tqdm
 
+from seqjax import environment
 from seqjax.train import paths
-
-PACKAGES = (
-    "jax",
-    "jaxlib",
-    "flax",
-    "optax",
-    "orbax-checkpoint",
-    "grain",
-    "tensorflow-datasets",
-    "ml-collections",
-    "numpy",
-    "tensorboardX",
-)
 
 
 def bits(nats_per_token: float) -> float:
@@ -114,31 +98,12 @@ def read_metrics(workdir: str) -> list[dict]:
 
 def git_commit() -> str:
     """``<sha>`` or ``<sha>-dirty`` of the repository holding seqjax, or 'unknown'."""
-    root = Path(__file__).resolve().parents[2]
-    try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
-        return (sha + ("-dirty" if dirty else "")) if sha else "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
+    return environment.git_commit()
 
 
 def versions() -> dict:
-    out = {"python": platform.python_version()}
-    for name in PACKAGES:
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = None
-    return out
+    """Python's and the recorded packages' versions (``seqjax.environment.PACKAGES``)."""
+    return environment.package_versions(python=True)
 
 
 def write_run_info(workdir: str, config, extra: dict | None = None) -> dict:
