@@ -4,16 +4,16 @@ accelerators.
     python -m seqjax.main --config configs/sparse_transformer_enwik8.py --workdir W
     python -m seqjax.main --config configs/sparse_transformer_enwik8.py:smoke --workdir W
 
-Expected (paper, PAPERS.md §2): 0.99 bits per byte on the enwik8 test split (0.992 ± 0.001
-over 3 seeds; dense attention 1.00), 95M parameters. Not yet run in seqjax (no accelerator
-time so far): the number is the target, not a measurement.
+Expected (Child et al. 2019, §7 and Table 1): 0.99 bits per byte on the enwik8 test split
+(0.992 ± 0.001 over 3 seeds; dense attention 1.00), 95M parameters. Not yet run in seqjax
+(no accelerator time so far): the number is the target, not a measurement.
 
-From PAPERS.md §2: 30 layers, d=512, 8 heads, context 12,288, the fixed pattern with stride
-128 and c=32, dropout 0.40, pre-activation residual blocks with GELU and FF width 4d;
-Adam with 5,000 warm-up steps, gradient clip 1.0, weight decay 0.01 and cosine decay;
-attention recomputed in the backward pass (``model.remat``).
+From the paper (Child et al. 2019, §5-§7): 30 layers, d=512, 8 heads, context 12,288, the
+fixed pattern with stride 128 and c=32, dropout 0.40, pre-activation residual blocks with
+GELU and FF width 4d; Adam with 5,000 warm-up steps, gradient clip 1.0, weight decay 0.01
+and cosine decay; attention recomputed in the backward pass (``model.remat``).
 
-Our choices where PAPERS.md is silent: decoupled weight decay on matrices only (AdamW,
+Our choices where the paper is silent: decoupled weight decay on matrices only (AdamW,
 ``seqjax.train.optim``), peak learning rate 3.5e-4, cosine to 0, batch 16 (196,608 bytes per
 step), 36,600 steps (about 80 passes over the 90M training bytes), merged heads (every head
 attends to both halves of the pattern, §4.3), learned positions, tied embeddings, bfloat16
@@ -63,7 +63,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     m.max_len = d.seq_len  # learned positions over the context
     m.positional = "learned"  # learned positions (our choice)
     m.dropout_rate = 0.4  # paper: dropout 0.40
-    m.attention_dropout_rate = 0.0  # not in PAPERS.md
+    m.attention_dropout_rate = 0.0  # not given in the paper
     m.remat = True  # recompute each block in the backward pass (§5.4)
     m.dtype = "bfloat16"  # compute dtype (parameters float32)
 

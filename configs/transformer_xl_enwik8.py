@@ -6,17 +6,18 @@ for accelerators.
     python -m seqjax.main --config configs/transformer_xl_enwik8.py:text8 --workdir W
     python -m seqjax.evaluate --workdir W --split test      # tgt 80, mem 2100, clamp 820
 
-Expected (paper, test split, §4 / PAPERS.md §5): ``enwik8_12l`` (41M parameters) 1.06 bits
-per character after 400k steps, ``enwik8_24l`` (277M) 0.99, ``text8`` 1.08. Not yet run in
-seqjax (no accelerator time so far): the numbers are the target, not a measurement.
+Expected (Dai et al. 2019, test split, §4, Tables 2 and 3): ``enwik8_12l`` (41M parameters)
+1.06 bits per character after 400k steps, ``enwik8_24l`` (277M) 0.99, ``text8`` 1.08. Not
+yet run in seqjax (no accelerator time so far): the numbers are the target, not a
+measurement.
 
-From PAPERS.md §5: 12L, d=512, 8 heads x 64, d_inner 2048, dropout 0.1, tgt_len = mem_len =
-512, batch 22, Adam 2.5e-4 with cosine decay, gradient clip 0.25, 400k steps; 24L, d=1024,
-8 heads x 128, d_inner 3072, dropout 0.15, tgt = mem = 768. Evaluation: tgt_len 80, mem_len
-2100, clamp_len 820, same_length. The paper gives text8 the 24-layer enwik8 model; we use
-exactly ``enwik8_24l`` on text8's 27 characters.
+From Dai et al. 2019 (§4 and its reference scripts): 12L, d=512, 8 heads x 64, d_inner 2048,
+dropout 0.1, tgt_len = mem_len = 512, batch 22, Adam 2.5e-4 with cosine decay, gradient clip
+0.25, 400k steps; 24L, d=1024, 8 heads x 128, d_inner 3072, dropout 0.15, tgt = mem = 768.
+Evaluation: tgt_len 80, mem_len 2100, clamp_len 820, same_length. The paper gives text8 the
+24-layer enwik8 model; we use exactly ``enwik8_24l`` on text8's 27 characters.
 
-Our choices where PAPERS.md is silent: plain Adam (weight decay 0, beta2 0.999), no warm-up,
+Our choices where the paper is silent: plain Adam (weight decay 0, beta2 0.999), no warm-up,
 cosine to 0, attention dropout 0, u/v biases shared by all layers (no untie_r), batch 22 for
 the 24-layer models too, bfloat16 compute, 16 evaluation streams. Pre-LayerNorm blocks (the
 reference's ``pre_lnorm`` variant; seqjax.models.transformer_xl). The data-parallel size must
@@ -64,7 +65,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     m.d_ff = 2048  # d_inner
     m.max_len = 512  # = seq_len (no position table in XL; only validated)
     m.dropout_rate = 0.1  # residual/embedding dropout
-    m.attention_dropout_rate = 0.0  # dropatt (not in PAPERS.md: 0)
+    m.attention_dropout_rate = 0.0  # dropatt (not given in the paper: 0)
     m.dtype = "bfloat16"  # compute dtype on accelerators (parameters float32)
 
     o = c.optimizer

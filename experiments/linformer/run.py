@@ -42,7 +42,7 @@ from seqjax.models.transformer import Block, TransformerConfig
 
 HERE = Path(__file__).resolve().parent
 
-# Wang et al. 2020, Table 3 (PAPERS.md §3): inference speed-up over the Transformer.
+# Wang et al. 2020 (Linformer), Table 3: inference speed-up over the Transformer.
 PAPER_SPEEDUP = {
     512: {128: 1.5, 256: 1.3},
     1024: {128: 1.7, 256: 1.6, 512: 1.3},

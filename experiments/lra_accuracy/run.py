@@ -54,7 +54,7 @@ SCALES = ("smoke", "cpu", "full")
 RECIPES = ("lra", "adamw")
 TASKS = {"listops": "lra_listops.py", "text": "lra_text.py"}
 
-# Tay et al. 2020, Table 1 (PAPERS.md §6): test accuracy %, ListOps and Text.
+# Tay et al. 2020 (LRA), Table 1: test accuracy %, ListOps and Text.
 PAPER = {
     "dense": {"listops": 36.37, "text": 64.27, "paper_name": "Transformer"},
     "sparse_fixed": {"listops": 17.07, "text": 63.58, "paper_name": "Sparse Trans."},

@@ -45,7 +45,7 @@ from seqjax.models.transformer import TransformerClassifier, TransformerConfig
 HERE = Path(__file__).resolve().parent
 GB = 1e9
 
-# Tay et al. 2020, Table 2 (PAPERS.md §6): steps/s at 1K..4K and GB at 1K / 4K, batch 32,
+# Tay et al. 2020 (LRA), Table 2: steps/s at 1K..4K and GB at 1K / 4K, batch 32,
 # TPU v3 4x4. "Transformer" is the dense baseline the ratios are taken against.
 PAPER = {
     "Transformer": {"steps": (8.1, 4.9, 2.3, 1.4), "gb": (0.85, 9.48)},

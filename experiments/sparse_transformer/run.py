@@ -132,7 +132,7 @@ def machine() -> dict:
     return env | {"device": env["device_kind"]}
 
 
-# Child et al. 2019, Table 2 (PAPERS.md §2): speed-up over dense attention at 12,288.
+# Child et al. 2019 (Sparse Transformer), Table 2: speed-up over dense attention at 12,288.
 PAPER_SPEEDUP_12K = {"sparse_strided": 3.7, "sparse_fixed": 2.4}
 
 

@@ -59,7 +59,7 @@ def default_config() -> ml_collections.ConfigDict:
     # Classification: pad/truncate inputs to this length. None: 4096 for imdb_bytes (LRA Text
     # 4K; use 1024 for the 1K config), 2048 for listops (LRA lengths are < 2000).
     c.max_len = config_dict.placeholder(int)
-    # ListOps (LRA, Tay et al. 2020 §6 of PAPERS.md): split sizes (LRA: 96k / 2k / 2k).
+    # ListOps (Tay et al. 2020, LRA §2.2.1 and Appendix): split sizes (LRA: 96k / 2k / 2k).
     c.listops_train_size = 96_000
     c.listops_validation_size = 2_000
     c.listops_test_size = 2_000

@@ -1,4 +1,4 @@
-"""ListOps generator (Long Range Arena, Tay et al. 2020; ../shared/PAPERS.md §6).
+"""ListOps generator (Long Range Arena, Tay et al. 2020, Long ListOps task).
 
 Follows LRA's `listops.py` generator: a node at depth < `max_depth` is an operator with
 probability 0.25 (`VALUE_P`), otherwise a digit 0-9; nodes at `max_depth` are digits; an operator

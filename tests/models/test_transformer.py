@@ -2,12 +2,11 @@
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import optax
 import pytest
 from flax import linen as nn
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 
 from seqjax.models import (
     MultiHeadAttention,
@@ -16,6 +15,7 @@ from seqjax.models import (
     TransformerLM,
     attention_cycle,
 )
+from seqjax.train import sharding
 
 
 def _tokens(b, t, vocab, seed=0):
@@ -116,11 +116,9 @@ def test_parameters_carry_logical_axis_names():
 
 
 def test_forward_and_gradient_step_on_8_fake_devices():
-    devices = jax.devices()
-    assert len(devices) == 8, "tests/conftest.py sets 8 fake CPU devices"
-    auto = (jax.sharding.AxisType.Auto,) * 2
-    mesh = jax.make_mesh((4, 2), ("data", "tensor"), devices=devices, axis_types=auto)
-    rules = (("batch", "data"), ("heads", "tensor"), ("mlp", "tensor"), ("vocab", "tensor"))
+    """The production mesh and rules (``seqjax.train.sharding``): data x fsdp x tensor."""
+    assert len(jax.devices()) == 8, "tests/conftest.py sets 8 fake CPU devices"
+    mesh = sharding.make_mesh(ml_collections.ConfigDict({"data": 2, "fsdp": 2, "tensor": 2}))
     cfg = _lm_cfg(d_model=32, num_heads=4)
     model = TransformerLM(cfg)
     tok = _tokens(8, 16, cfg.vocab_size)
@@ -130,8 +128,7 @@ def test_forward_and_gradient_step_on_8_fake_devices():
         return model.init(rng, tok)["params"]
 
     abstract = jax.eval_shape(init, jax.random.key(0))
-    logical = nn.get_partition_spec(abstract)
-    shardings = nn.logical_to_mesh_sharding(logical, mesh, rules)
+    shardings = sharding.state_shardings({"params": abstract}, mesh)["params"]
     params = jax.jit(init, out_shardings=shardings)(jax.random.key(0))
     params_host = jax.device_get(nn.meta.unbox(params))
 
@@ -147,16 +144,18 @@ def test_forward_and_gradient_step_on_8_fake_devices():
     p_sharded = nn.meta.unbox(params)
     p_shard = jax.tree.map(lambda x: x.sharding, p_sharded)
     opt = tx.init(p_sharded)
-    x = jax.device_put(tok, NamedSharding(mesh, P("data", None)))
-    with nn.logical_axis_rules(rules), jax.set_mesh(mesh):
+    x = jax.device_put(tok, sharding.batch_sharding(mesh))
+    with sharding.rules_and_mesh(mesh):
         new_p, _, loss = jax.jit(step)(p_sharded, opt, x)
     q_kernel = new_p["encoder"]["block_0"]["attn"]["query"]["kernel"]
-    # Heads are sharded over "tensor" (trailing None axes may be dropped from the spec).
+    # [embed, heads, kv]: embed over fsdp, heads over tensor (trailing None may be dropped).
     for spec in (
         q_kernel.sharding.spec,
         p_shard["encoder"]["block_0"]["attn"]["query"]["kernel"].spec,
     ):
-        assert tuple(spec)[:2] == (None, "tensor")
+        assert tuple(spec)[:2] == ("fsdp", "tensor")
+    embedding = p_shard["encoder"]["embed"]["embedding"].spec  # [vocab, embed]
+    assert tuple(embedding)[:2] == ("tensor", "fsdp")  # vocab 40 = 2 x 20
     assert len(q_kernel.sharding.device_set) == 8
     # Same step on one device gives the same loss and parameters.
     new_p1, _, loss1 = jax.jit(step)(params_host, tx.init(params_host), tok)
