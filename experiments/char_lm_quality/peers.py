@@ -173,7 +173,7 @@ class FlaxGPT(nn.Module):
         init = nn.initializers.normal(0.02)
         wte = nn.Embed(self.vocab_size, self.n_embd, embedding_init=init)
         wpe = self.param("wpe", init, (self.block_size, self.n_embd))
-        x = wte(idx_BT) + wpe[: idx_BT.shape[1]]
+        x = wte(idx_BT) + wpe[None, : idx_BT.shape[1]]
         std = 0.02 / math.sqrt(2 * self.n_layer)
         for _ in range(self.n_layer):
             x = FlaxBlock(self.n_head, std)(x)
