@@ -16,6 +16,7 @@ from seqjax.models import (
     TransformerLM,
     attention_cycle,
 )
+from seqjax.train import sharding
 
 
 def _tokens(b, t, vocab, seed=0):
@@ -118,9 +119,9 @@ def test_parameters_carry_logical_axis_names():
 def test_forward_and_gradient_step_on_8_fake_devices():
     devices = jax.devices()
     assert len(devices) == 8, "tests/conftest.py sets 8 fake CPU devices"
-    auto = (jax.sharding.AxisType.Auto,) * 2
-    mesh = jax.make_mesh((4, 2), ("data", "tensor"), devices=devices, axis_types=auto)
-    rules = (("batch", "data"), ("heads", "tensor"), ("mlp", "tensor"), ("vocab", "tensor"))
+    # The production mesh axes and logical-axis rules (seqjax.train.sharding.RULES).
+    mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+    rules = sharding.RULES
     cfg = _lm_cfg(d_model=32, num_heads=4)
     model = TransformerLM(cfg)
     tok = _tokens(8, 16, cfg.vocab_size)
@@ -147,16 +148,17 @@ def test_forward_and_gradient_step_on_8_fake_devices():
     p_sharded = nn.meta.unbox(params)
     p_shard = jax.tree.map(lambda x: x.sharding, p_sharded)
     opt = tx.init(p_sharded)
-    x = jax.device_put(tok, NamedSharding(mesh, P("data", None)))
-    with nn.logical_axis_rules(rules), jax.set_mesh(mesh):
+    x = jax.device_put(tok, NamedSharding(mesh, P(("data", "fsdp"), None)))
+    with sharding.rules_and_mesh(mesh):
         new_p, _, loss = jax.jit(step)(p_sharded, opt, x)
     q_kernel = new_p["encoder"]["block_0"]["attn"]["query"]["kernel"]
-    # Heads are sharded over "tensor" (trailing None axes may be dropped from the spec).
+    # Heads are sharded over "tensor", the embedding dimension over "fsdp" (trailing None
+    # axes may be dropped from the spec).
     for spec in (
         q_kernel.sharding.spec,
         p_shard["encoder"]["block_0"]["attn"]["query"]["kernel"].spec,
     ):
-        assert tuple(spec)[:2] == (None, "tensor")
+        assert tuple(spec)[:2] == ("fsdp", "tensor")
     assert len(q_kernel.sharding.device_set) == 8
     # Same step on one device gives the same loss and parameters.
     new_p1, _, loss1 = jax.jit(step)(params_host, tx.init(params_host), tok)
