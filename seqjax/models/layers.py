@@ -1,8 +1,9 @@
 """Flax Linen building blocks: multi-head attention over any registered mechanism, MLP,
-positional embeddings.
+positional embeddings, and the sublayers every model builds from its config (``norm``,
+``attention_sublayer``, ``feed_forward_sublayer``, ``token_embedding``).
 
 Legend: B batch, T query length, S key length, H heads, D head dim, E model width (embed),
-F feed-forward width (mlp), L max length.
+F feed-forward width (mlp), L max length, M memory length (Transformer-XL).
 
 Logical axis names on parameters (mapped to mesh axes by ``seqjax.train.sharding``):
 ``vocab``, ``embed``, ``heads``, ``kv``, ``mlp``, ``length``.

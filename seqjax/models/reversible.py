@@ -136,7 +136,7 @@ class ReversibleStack(nn.Module):
                 {"params": p}, x, mask_BS, segment_ids, deterministic, extra, rngs=rng["f"]
             )
 
-        def g(i, p, x, rng):
+        def g(p, x, rng):
             return FeedForwardHalf(cfg).apply({"params": p}, x, deterministic, rngs=rng["g"])
 
         # Plain autodiff of the same forward is the reference for the custom VJP (tests).
@@ -181,7 +181,7 @@ def _explicit_forward(f, g, n: int, p_f, p_g, extras, x_BTE, rngs):
     """``_forward`` with explicit per-layer parameters, shared extras and keys."""
     return _forward(
         lambda i, x: f(i, p_f[i], extras[i], x, rngs[i]),
-        lambda i, x: g(i, p_g[i], x, rngs[i]),
+        lambda i, x: g(p_g[i], x, rngs[i]),
         n,
         x_BTE,
     )
@@ -190,7 +190,7 @@ def _explicit_forward(f, g, n: int, p_f, p_g, extras, x_BTE, rngs):
 def _reversible(f, g, n: int):
     """The stack as a ``jax.custom_vjp`` that recomputes inputs from outputs.
 
-    ``f(i, params, extra, x, rng)`` and ``g(i, params, x, rng)`` are pure functions of
+    ``f(i, params, extra, x, rng)`` and ``g(params, x, rng)`` are pure functions of
     explicit parameters and keys; ``extras`` are parameters shared between layers (their
     gradients are summed over the layers using them). The backward pass inverts each layer,
     ``x2 = y2 - G(y1)``, ``x1 = y1 - F(x2)`` (Gomez et al. 2017, §3.1), taking the VJPs of
@@ -215,7 +215,7 @@ def _reversible(f, g, n: int):
         dp_f, dp_g, dextras = [None] * n, [None] * n, [None] * n
         for i in reversed(range(n)):
             # y2 = x2 + G(y1): recompute x2, push dy2 through G into y1.
-            g_out, g_vjp = jax.vjp(lambda p, y, i=i: g(i, p, y, rngs[i]), p_g[i], y1)
+            g_out, g_vjp = jax.vjp(lambda p, y, i=i: g(p, y, rngs[i]), p_g[i], y1)
             dp_g[i], dy1_g = g_vjp(dy2)
             x2 = y2 - g_out
             dy1 = dy1 + dy1_g
