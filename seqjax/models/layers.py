@@ -1,8 +1,9 @@
 """Flax Linen building blocks: multi-head attention over any registered mechanism, MLP,
-positional embeddings.
+positional embeddings, and the sublayers every model builds from its config (``norm``,
+``attention_sublayer``, ``feed_forward_sublayer``, ``token_embedding``).
 
 Legend: B batch, T query length, S key length, H heads, D head dim, E model width (embed),
-F feed-forward width (mlp), L max length.
+F feed-forward width (mlp), L max length, M memory length (Transformer-XL).
 
 Logical axis names on parameters (mapped to mesh axes by ``seqjax.train.sharding``):
 ``vocab``, ``embed``, ``heads``, ``kv``, ``mlp``, ``length``.
@@ -10,7 +11,6 @@ Logical axis names on parameters (mapped to mesh axes by ``seqjax.train.sharding
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import flax.linen as nn
@@ -253,7 +253,8 @@ def check_decodable(mechanism: str, causal: bool) -> None:
 
 
 class _MlpCore(nn.Module):
-    """Dense(F) -> GELU -> dropout -> Dense(E) on ``[B, T, E]``."""
+    """Dense(F) -> GELU -> dropout -> Dense(E) on ``[B, T, E]`` (Vaswani et al. 2017, §3.3,
+    eq. 2, with GELU for ReLU as in Child et al. 2019, §5.2)."""
 
     hidden: int
     dropout_rate: float = 0.0
@@ -322,8 +323,21 @@ class Mlp(nn.Module):
         return jnp.concatenate([core(p, deterministic) for p in pieces], axis=1)
 
 
-def layer_norm(dtype=jnp.float32, name: str | None = None):
-    """LayerNorm computed in float32 with logical axis names on its scale and bias."""
+# --- The sublayers every model builds from its ``TransformerConfig`` -------------------
+#
+# ``TransformerLM`` / ``TransformerClassifier`` (``transformer.Block``), Transformer-XL
+# (``transformer_xl.XLBlock``) and the reversible stack (``reversible.AttentionHalf`` /
+# ``FeedForwardHalf``) create their normalization, attention, feed-forward and token
+# embedding only through the functions below, so an ablation (RMSNorm for LayerNorm, a
+# gated MLP for GELU) is one edit here that reaches every model. The functions create their
+# modules in the calling module's scope (under the names given), so a block's parameter
+# tree is ``{ln_attn, attn, ln_mlp, mlp}`` and a reversible half's ``{ln, attn}`` /
+# ``{ln, mlp}``, as checkpoints expect.
+
+
+def norm(name: str | None = None):
+    """The sublayers' normalization: LayerNorm (Ba et al. 2016) computed in float32, with
+    logical axis names on its scale and bias."""
     return nn.LayerNorm(
         dtype=jnp.float32,
         param_dtype=jnp.float32,
@@ -333,9 +347,113 @@ def layer_norm(dtype=jnp.float32, name: str | None = None):
     )
 
 
-def cycle(items: Sequence, n: int) -> list:
-    """``items`` repeated to length ``n`` (per-layer patterns such as lsh, dense, ...)."""
-    return [items[i % len(items)] for i in range(n)]
+def residual_init_scale(cfg) -> float:
+    """Variance multiplier 1/(2N) of the projections that end a residual branch (Child et
+    al. 2019, §5.2)."""
+    return 1.0 / (2.0 * cfg.num_layers)
+
+
+def attention_sublayer(
+    cfg,
+    layer: int,
+    x_BTE,
+    *,
+    causal: bool,
+    decode: bool = False,
+    memory_BME=None,
+    mask_BS=None,
+    segment_ids=None,
+    deterministic: bool = True,
+    extra: dict | None = None,
+    norm_name: str = "ln_attn",
+    name: str = "attn",
+):
+    """The attention branch of a pre-LN residual layer, ``Dropout(MHA(Norm(x)))``
+    (Vaswani et al. 2017, §3.2.2 and §5.4, normalization moved in front as in Child et al.
+    2019, §5.2); the caller adds the residual.
+
+    Layer ``layer`` uses ``cfg.layer_attention(layer)``. With ``memory_BME`` (``[B, M, E]``,
+    Transformer-XL, Dai et al. 2019, §3.2) queries come from ``x`` and keys/values from
+    ``Norm([memory; x])``; ``mask_BS`` then covers the ``M + T`` keys.
+
+    Returns:
+      ``[B, T, E]`` in ``cfg.compute_dtype``.
+    """
+    mechanism, options = cfg.layer_attention(layer)
+    ln = norm(name=norm_name)
+    if memory_BME is None:
+        h_BTE = ln(x_BTE).astype(cfg.compute_dtype)
+        h_kv_BSE = None
+    else:
+        m = memory_BME.shape[1]
+        h_kv_BSE = ln(jnp.concatenate([memory_BME.astype(x_BTE.dtype), x_BTE], axis=1))
+        h_kv_BSE = h_kv_BSE.astype(cfg.compute_dtype)
+        h_BTE = h_kv_BSE[:, m:]
+    h_BTE = MultiHeadAttention(
+        num_heads=cfg.num_heads,
+        head_dim=cfg.dim_head,
+        mechanism=mechanism,
+        options=options,
+        causal=causal,
+        dropout_rate=cfg.attention_dropout_rate,
+        out_init_scale=residual_init_scale(cfg),
+        dtype=cfg.compute_dtype,
+        decode=decode,
+        max_len=cfg.max_len,
+        name=name,
+    )(
+        h_BTE,
+        h_kv_BSE,
+        mask_BS=mask_BS,
+        segment_ids=segment_ids,
+        deterministic=deterministic,
+        extra=extra,
+    )
+    return nn.Dropout(cfg.dropout_rate)(h_BTE, deterministic=deterministic)
+
+
+def feed_forward_sublayer(
+    cfg, x_BTE, *, deterministic: bool = True, norm_name: str = "ln_mlp", name: str = "mlp"
+):
+    """The feed-forward branch of a pre-LN residual layer, ``Dropout(MLP(Norm(x)))``
+    (Vaswani et al. 2017, §3.3), applied in chunks of ``cfg.ff_chunk_size`` positions
+    (Kitaev et al. 2020, §3); the caller adds the residual.
+
+    Returns:
+      ``[B, T, E]`` in ``cfg.compute_dtype``.
+    """
+    h_BTE = norm(name=norm_name)(x_BTE).astype(cfg.compute_dtype)
+    h_BTE = Mlp(
+        cfg.dim_ff,
+        dropout_rate=cfg.dropout_rate,
+        out_init_scale=residual_init_scale(cfg),
+        chunk_size=cfg.ff_chunk_size,
+        dtype=cfg.compute_dtype,
+        name=name,
+    )(h_BTE, deterministic=deterministic)
+    return nn.Dropout(cfg.dropout_rate)(h_BTE, deterministic=deterministic)
+
+
+class ScaledEmbed(nn.Embed):
+    """Token embedding whose lookup is multiplied by sqrt(E) (Vaswani et al. 2017, §3.4);
+    ``attend`` (tied output logits) uses the unscaled table."""
+
+    def __call__(self, tokens_BT):
+        return super().__call__(tokens_BT) * jnp.sqrt(float(self.features))
+
+
+def token_embedding(cfg, name: str = "embed") -> ScaledEmbed:
+    """The models' token embedding ``[V, E]``: std E^-1/2 and inputs scaled by sqrt(E)
+    (Vaswani et al. 2017, §3.4), i.e. unit-size inputs and unit-size tied output logits at
+    initialization."""
+    return ScaledEmbed(
+        cfg.vocab_size,
+        cfg.d_model,
+        embedding_init=nn.with_logical_partitioning(
+            nn.initializers.normal(stddev=cfg.d_model**-0.5), ("vocab", "embed")
+        ),
+        name=name,
+    )
 
 
 def shared_attention_params(module: nn.Module, cfg) -> dict:

@@ -2,8 +2,8 @@
 
 Each layer maps a pair of streams ``(x1, x2) -> (y1, y2)``:
 
-    y1 = x1 + F(x2),   F = Dropout(Attention(LayerNorm(.)))
-    y2 = x2 + G(y1),   G = Dropout(FeedForward(LayerNorm(.)))   (Reformer eq. in §3)
+    y1 = x1 + F(x2),   F = Dropout(Attention(Norm(.)))
+    y2 = x2 + G(y1),   G = Dropout(FeedForward(Norm(.)))   (Reformer eq. in §3)
 
 and is inverted exactly by ``x2 = y2 - G(y1)``, ``x1 = y1 - F(x2)``. The whole stack is one
 ``jax.custom_vjp``: the forward pass keeps only the last layer's ``(y1, y2)``; the backward
@@ -36,6 +36,7 @@ Legend: B batch, T sequence length, E model width.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import flax.linen as nn
@@ -46,7 +47,8 @@ from seqjax.models import layers
 
 
 class AttentionHalf(nn.Module):
-    """F(x) = Dropout(Attention(LayerNorm(x))): the first half of a reversible layer."""
+    """F(x) = Dropout(Attention(Norm(x))): the first half of a reversible layer, the shared
+    ``layers.attention_sublayer``."""
 
     cfg: Any
     layer: int
@@ -55,44 +57,32 @@ class AttentionHalf(nn.Module):
 
     @nn.compact
     def __call__(self, x_BTE, mask_BS, segment_ids, deterministic: bool, extra=None):
-        cfg = self.cfg
-        name, options = cfg.layer_attention(self.layer)
-        h_BTE = layers.layer_norm(name="ln")(x_BTE).astype(cfg.compute_dtype)
-        h_BTE = layers.MultiHeadAttention(
-            num_heads=cfg.num_heads,
-            head_dim=cfg.dim_head,
-            mechanism=name,
-            options=options,
+        h_BTE = layers.attention_sublayer(
+            self.cfg,
+            self.layer,
+            x_BTE,
             causal=self.causal,
-            dropout_rate=cfg.attention_dropout_rate,
-            out_init_scale=1.0 / (2.0 * cfg.num_layers),
-            dtype=cfg.compute_dtype,
             decode=self.decode,
-            max_len=cfg.max_len,
-            name="attn",
-        )(h_BTE, mask_BS=mask_BS, segment_ids=segment_ids, deterministic=deterministic, extra=extra)
-        h_BTE = nn.Dropout(cfg.dropout_rate)(h_BTE, deterministic=deterministic)
+            mask_BS=mask_BS,
+            segment_ids=segment_ids,
+            deterministic=deterministic,
+            extra=extra,
+            norm_name="ln",
+        )
         return h_BTE.astype(x_BTE.dtype)
 
 
 class FeedForwardHalf(nn.Module):
-    """G(x) = Dropout(Mlp(LayerNorm(x))), chunked along T by ``cfg.ff_chunk_size``."""
+    """G(x) = Dropout(Mlp(Norm(x))): the second half, the shared
+    ``layers.feed_forward_sublayer`` (chunked along T by ``cfg.ff_chunk_size``)."""
 
     cfg: Any
 
     @nn.compact
     def __call__(self, x_BTE, deterministic: bool):
-        cfg = self.cfg
-        h_BTE = layers.layer_norm(name="ln")(x_BTE).astype(cfg.compute_dtype)
-        h_BTE = layers.Mlp(
-            cfg.dim_ff,
-            dropout_rate=cfg.dropout_rate,
-            out_init_scale=1.0 / (2.0 * cfg.num_layers),
-            chunk_size=cfg.ff_chunk_size,
-            dtype=cfg.compute_dtype,
-            name="mlp",
-        )(h_BTE, deterministic=deterministic)
-        h_BTE = nn.Dropout(cfg.dropout_rate)(h_BTE, deterministic=deterministic)
+        h_BTE = layers.feed_forward_sublayer(
+            self.cfg, x_BTE, deterministic=deterministic, norm_name="ln"
+        )
         return h_BTE.astype(x_BTE.dtype)
 
 
@@ -128,11 +118,13 @@ class ReversibleStack(nn.Module):
         # Initialization creates the parameters (and caches) with a plain forward pass;
         # decoding is inference, where the layers are ordinary sublayers with KV caches.
         if self.is_initializing() or self.decode:
-            x1, x2 = x_BTE, x_BTE
-            for i in range(n):
-                x1 = x1 + f_mods[i](x2, mask_BS, segment_ids, deterministic, extras[i])
-                x2 = x2 + g_mods[i](x1, deterministic)
-            return (x1 + x2) / 2
+            y1, y2 = _forward(
+                lambda i, x: f_mods[i](x, mask_BS, segment_ids, deterministic, extras[i]),
+                lambda i, x: g_mods[i](x, deterministic),
+                n,
+                x_BTE,
+            )
+            return (y1 + y2) / 2
 
         params = self.variables["params"]
         p_f = [params[f"attn_{i}"] for i in range(n)]
@@ -144,10 +136,12 @@ class ReversibleStack(nn.Module):
                 {"params": p}, x, mask_BS, segment_ids, deterministic, extra, rngs=rng["f"]
             )
 
-        def g(i, p, x, rng):
+        def g(p, x, rng):
             return FeedForwardHalf(cfg).apply({"params": p}, x, deterministic, rngs=rng["g"])
 
-        run = _reversible(f, g, n) if self.recompute else _plain(f, g, n)
+        # Plain autodiff of the same forward is the reference for the custom VJP (tests).
+        plain = functools.partial(_explicit_forward, f, g, n)
+        run = _reversible(f, g, n) if self.recompute else plain
         y1, y2 = run(p_f, p_g, extras, x_BTE, rngs)
         return (y1 + y2) / 2
 
@@ -166,33 +160,43 @@ class ReversibleStack(nn.Module):
         return {"f": f, "g": g}
 
 
-def _plain(f, g, n: int):
-    """The reversible stack differentiated by plain autodiff (reference for the VJP)."""
+def _forward(f, g, n: int, x_BTE):
+    """The reversible forward pass (Gomez et al. 2017, §3.1; Kitaev et al. 2020, §3):
+    ``x1 = x2 = x``, then for each layer i ``y1 = x1 + F_i(x2)``, ``y2 = x2 + G_i(y1)``.
 
-    def run(p_f, p_g, extras, x_BTE, rngs):
-        x1, x2 = x_BTE, x_BTE
-        for i in range(n):
-            x1 = x1 + f(i, p_f[i], extras[i], x2, rngs[i])
-            x2 = x2 + g(i, p_g[i], x1, rngs[i])
-        return x1, x2
+    ``f(i, x)`` and ``g(i, x)`` are layer i's halves; the initialization/decoding pass, the
+    plain-autodiff reference and the custom VJP's forward all run this one loop.
 
-    return run
+    Returns:
+      ``(y1, y2)`` of the last layer.
+    """
+    x1, x2 = x_BTE, x_BTE
+    for i in range(n):
+        x1 = x1 + f(i, x2)
+        x2 = x2 + g(i, x1)
+    return x1, x2
+
+
+def _explicit_forward(f, g, n: int, p_f, p_g, extras, x_BTE, rngs):
+    """``_forward`` with explicit per-layer parameters, shared extras and keys."""
+    return _forward(
+        lambda i, x: f(i, p_f[i], extras[i], x, rngs[i]),
+        lambda i, x: g(p_g[i], x, rngs[i]),
+        n,
+        x_BTE,
+    )
 
 
 def _reversible(f, g, n: int):
     """The stack as a ``jax.custom_vjp`` that recomputes inputs from outputs.
 
-    ``f(i, params, extra, x, rng)`` and ``g(i, params, x, rng)`` are pure functions of
+    ``f(i, params, extra, x, rng)`` and ``g(params, x, rng)`` are pure functions of
     explicit parameters and keys; ``extras`` are parameters shared between layers (their
-    gradients are summed over the layers using them).
+    gradients are summed over the layers using them). The backward pass inverts each layer,
+    ``x2 = y2 - G(y1)``, ``x1 = y1 - F(x2)`` (Gomez et al. 2017, §3.1), taking the VJPs of
+    G and F on the way.
     """
-
-    def forward(p_f, p_g, extras, x_BTE, rngs):
-        x1, x2 = x_BTE, x_BTE
-        for i in range(n):
-            x1 = x1 + f(i, p_f[i], extras[i], x2, rngs[i])
-            x2 = x2 + g(i, p_g[i], x1, rngs[i])
-        return x1, x2
+    forward = functools.partial(_explicit_forward, f, g, n)
 
     @jax.custom_vjp
     def run(p_f, p_g, extras, x_BTE, rngs):
@@ -211,7 +215,7 @@ def _reversible(f, g, n: int):
         dp_f, dp_g, dextras = [None] * n, [None] * n, [None] * n
         for i in reversed(range(n)):
             # y2 = x2 + G(y1): recompute x2, push dy2 through G into y1.
-            g_out, g_vjp = jax.vjp(lambda p, y, i=i: g(i, p, y, rngs[i]), p_g[i], y1)
+            g_out, g_vjp = jax.vjp(lambda p, y, i=i: g(p, y, rngs[i]), p_g[i], y1)
             dp_g[i], dy1_g = g_vjp(dy2)
             x2 = y2 - g_out
             dy1 = dy1 + dy1_g

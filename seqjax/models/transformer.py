@@ -126,7 +126,8 @@ def attention_cycle(names: str, options_by_name: Any = None) -> tuple:
 
 
 class Block(nn.Module):
-    """Pre-LN residual block: x + Attn(LN(x)), then x + MLP(LN(x))."""
+    """Pre-LN residual block: x + Attn(Norm(x)), then x + MLP(Norm(x)) (the sublayers of
+    ``layers.attention_sublayer`` / ``layers.feed_forward_sublayer``)."""
 
     cfg: TransformerConfig
     layer: int
@@ -136,38 +137,23 @@ class Block(nn.Module):
     @nn.compact
     def __call__(self, x_BTE, mask_BS=None, segment_ids=None, deterministic=True, extra=None):
         cfg = self.cfg
-        name, options = cfg.layer_attention(self.layer)
-        residual_scale = 1.0 / (2.0 * cfg.num_layers)
-        h = layers.layer_norm(name="ln_attn")(x_BTE).astype(cfg.compute_dtype)
-        h = layers.MultiHeadAttention(
-            num_heads=cfg.num_heads,
-            head_dim=cfg.dim_head,
-            mechanism=name,
-            options=options,
+        x_BTE = x_BTE + layers.attention_sublayer(
+            cfg,
+            self.layer,
+            x_BTE,
             causal=self.causal,
-            dropout_rate=cfg.attention_dropout_rate,
-            out_init_scale=residual_scale,
-            dtype=cfg.compute_dtype,
             decode=self.decode,
-            max_len=cfg.max_len,
-            name="attn",
-        )(h, mask_BS=mask_BS, segment_ids=segment_ids, deterministic=deterministic, extra=extra)
-        x_BTE = x_BTE + nn.Dropout(cfg.dropout_rate)(h, deterministic=deterministic)
-        h = layers.layer_norm(name="ln_mlp")(x_BTE).astype(cfg.compute_dtype)
-        h = layers.Mlp(
-            cfg.dim_ff,
-            dropout_rate=cfg.dropout_rate,
-            out_init_scale=residual_scale,
-            chunk_size=cfg.ff_chunk_size,
-            dtype=cfg.compute_dtype,
-            name="mlp",
-        )(h, deterministic=deterministic)
-        x_BTE = x_BTE + nn.Dropout(cfg.dropout_rate)(h, deterministic=deterministic)
+            mask_BS=mask_BS,
+            segment_ids=segment_ids,
+            deterministic=deterministic,
+            extra=extra,
+        )
+        x_BTE = x_BTE + layers.feed_forward_sublayer(cfg, x_BTE, deterministic=deterministic)
         return nn.with_logical_constraint(x_BTE, ("batch", "length", "embed"))
 
 
 class Encoder(nn.Module):
-    """Token + position embedding followed by N blocks and a final LayerNorm.
+    """Token + position embedding followed by N blocks and a final normalization.
 
     ``decode=True`` (one token per call, KV caches in the "cache" collection) works for the
     standard and the reversible stack (at inference a reversible layer is two ordinary
@@ -194,17 +180,8 @@ class Encoder(nn.Module):
         if self.decode:
             for name, _ in dict.fromkeys(cfg.attention):
                 layers.check_decodable(name, self.causal or name == "causal")
-        embed = nn.Embed(
-            cfg.vocab_size,
-            cfg.d_model,
-            # std E^-1/2, inputs scaled by sqrt(E) (Vaswani et al. §3.4): unit-size inputs
-            # and unit-size tied output logits at initialization.
-            embedding_init=nn.with_logical_partitioning(
-                nn.initializers.normal(stddev=cfg.d_model**-0.5), ("vocab", "embed")
-            ),
-            name="embed",
-        )
-        x_BTE = embed(tokens_BT) * jnp.sqrt(float(cfg.d_model))
+        embed = layers.token_embedding(cfg)
+        x_BTE = embed(tokens_BT)
         if prefix_BPE is not None:  # e.g. a CLS vector prepended by the classifier
             x_BTE = jnp.concatenate([prefix_BPE.astype(x_BTE.dtype), x_BTE], axis=1)
         t = x_BTE.shape[1]
@@ -243,7 +220,7 @@ class Encoder(nn.Module):
                 x_BTE = block_cls(cfg, i, self.causal, self.decode, name=f"block_{i}")(
                     x_BTE, mask_BS, segment_ids, deterministic, shared.get(cfg.layer_attention(i))
                 )
-        return layers.layer_norm(name="ln_final")(x_BTE), embed
+        return layers.norm(name="ln_final")(x_BTE), embed
 
 
 class TransformerLM(nn.Module):

@@ -31,7 +31,8 @@ from seqjax.models.transformer import TransformerConfig
 
 
 class XLBlock(nn.Module):
-    """Pre-LN block attending from the segment to ``[memory; segment]``."""
+    """Pre-LN block attending from the segment to ``[memory; segment]`` (§3.2): the shared
+    ``layers.attention_sublayer`` with ``memory_BME``, then ``layers.feed_forward_sublayer``."""
 
     cfg: TransformerConfig
     layer: int
@@ -39,34 +40,17 @@ class XLBlock(nn.Module):
     @nn.compact
     def __call__(self, x_BTE, mem_BME, kv_mask_BS, deterministic, shared):
         cfg = self.cfg
-        name, options = cfg.layer_attention(self.layer)
-        residual_scale = 1.0 / (2.0 * cfg.num_layers)
-        m = mem_BME.shape[1]
-        ln = layers.layer_norm(name="ln_attn")
-        h_BSE = ln(jnp.concatenate([mem_BME.astype(x_BTE.dtype), x_BTE], axis=1))
-        h_BSE = h_BSE.astype(cfg.compute_dtype)
-        a = layers.MultiHeadAttention(
-            num_heads=cfg.num_heads,
-            head_dim=cfg.dim_head,
-            mechanism=name,
-            options=options,
+        x_BTE = x_BTE + layers.attention_sublayer(
+            cfg,
+            self.layer,
+            x_BTE,
             causal=True,
-            dropout_rate=cfg.attention_dropout_rate,
-            out_init_scale=residual_scale,
-            dtype=cfg.compute_dtype,
-            name="attn",
-        )(h_BSE[:, m:], h_BSE, mask_BS=kv_mask_BS, deterministic=deterministic, extra=shared)
-        x_BTE = x_BTE + nn.Dropout(cfg.dropout_rate)(a, deterministic=deterministic)
-        h = layers.layer_norm(name="ln_mlp")(x_BTE).astype(cfg.compute_dtype)
-        h = layers.Mlp(
-            cfg.dim_ff,
-            dropout_rate=cfg.dropout_rate,
-            out_init_scale=residual_scale,
-            chunk_size=cfg.ff_chunk_size,
-            dtype=cfg.compute_dtype,
-            name="mlp",
-        )(h, deterministic=deterministic)
-        x_BTE = x_BTE + nn.Dropout(cfg.dropout_rate)(h, deterministic=deterministic)
+            memory_BME=mem_BME,
+            mask_BS=kv_mask_BS,
+            deterministic=deterministic,
+            extra=shared,
+        )
+        x_BTE = x_BTE + layers.feed_forward_sublayer(cfg, x_BTE, deterministic=deterministic)
         return nn.with_logical_constraint(x_BTE, ("batch", "length", "embed"))
 
 
@@ -120,17 +104,8 @@ class TransformerXL(nn.Module):
                 )
             # SG(m_tau) in §3.2: no gradient flows into the memory.
             mems = tuple(jax.lax.stop_gradient(m) for m in mems)
-        embed = nn.Embed(
-            cfg.vocab_size,
-            cfg.d_model,
-            # std E^-1/2, inputs scaled by sqrt(E) (Vaswani et al. §3.4): unit-size inputs
-            # and unit-size tied output logits at initialization.
-            embedding_init=nn.with_logical_partitioning(
-                nn.initializers.normal(stddev=cfg.d_model**-0.5), ("vocab", "embed")
-            ),
-            name="embed",
-        )
-        x_BTE = embed(tokens_BT) * jnp.sqrt(float(cfg.d_model))
+        embed = layers.token_embedding(cfg)
+        x_BTE = embed(tokens_BT)
         x_BTE = nn.Dropout(cfg.dropout_rate)(x_BTE, deterministic=deterministic)
         kv_mask_BS = jnp.concatenate([valid_BM, jnp.ones((b, t), bool)], axis=1)
         shared = layers.shared_attention_params(self, cfg)
@@ -140,7 +115,7 @@ class TransformerXL(nn.Module):
                 x_BTE, mems[i], kv_mask_BS, deterministic, shared.get(cfg.layer_attention(i))
             )
             hiddens.append(x_BTE)
-        x_BTE = layers.layer_norm(name="ln_final")(x_BTE)
+        x_BTE = layers.norm(name="ln_final")(x_BTE)
         logits_BTV = embed.attend(x_BTE.astype(jnp.float32)).astype(jnp.float32)
         return logits_BTV, update_memory(mems, valid_BM, hiddens, self.mem_len)
 
