@@ -4,7 +4,7 @@ A naive key-block table gains little here: the strided column and the fixed summ
 touch every earlier key block. Each pattern is therefore split into two disjoint parts, each
 computed by the exact blockwise engine (``seqjax.attention.blockwise``, forward AND backward
 visit only the listed block pairs) and merged exactly through their log-sum-exps
-(``out = sum_p exp(lse_p - lse) out_p``, ``lse = logsumexp_p lse_p``):
+(``out = sum_p exp(lse_p - lse) out_p``, ``lse = logsumexp_p lse_p``; ``numerics.merge_lse``):
 
 * strided A1 (``local_band``): a band of key blocks around each query block;
 * strided A2 (``columns``): the reshape/transpose trick. With T = n l, position r l + col
@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax.attention import blockwise, pallas_blocks
+from seqjax.attention import blockwise, numerics, pallas_blocks
 
 log = logging.getLogger(__name__)
 
@@ -285,22 +285,12 @@ def summaries(
 
 
 def merge(parts):
-    """Exact union of attentions over disjoint key sets from their ``(out, lse)`` pairs.
-
-    ``out = sum_p w_p out_p / sum_p w_p`` with ``w_p = exp(lse_p - m)``; ``m`` is any
-    constant (here the stop-gradient max), and rows with no visible key give zeros, not NaN.
+    """Exact union of the parts (disjoint key sets) from their ``(out [B, T, H, Dv],
+    lse [B, H, T])`` pairs, by ``numerics.merge_lse``.
 
     Returns:
       ``[B, T, H, Dv]`` float32.
     """
-    lse_max = parts[0][1]
-    for _, lse in parts[1:]:
-        lse_max = jnp.maximum(lse_max, lse)
-    lse_max = jax.lax.stop_gradient(jnp.where(jnp.isfinite(lse_max), lse_max, 0.0))
-    num, den = 0.0, 0.0
-    for out, lse in parts:
-        w_BHT = jnp.exp(lse - lse_max)
-        num = num + jnp.swapaxes(w_BHT, 1, 2)[..., None] * out.astype(jnp.float32)
-        den = den + w_BHT
-    den_BTH = jnp.swapaxes(jnp.where(den == 0.0, 1.0, den), 1, 2)
-    return num / den_BTH[..., None]
+    outs = [out for out, _ in parts]
+    lses_BTH = [jnp.swapaxes(lse, 1, 2) for _, lse in parts]
+    return numerics.merge_lse(outs, lses_BTH)
