@@ -230,19 +230,13 @@ def causal_attention(q, k, v, **kwargs):
     return dense_attention(q, k, v, **kwargs)
 
 
-registry.register(
-    registry.Mechanism(
-        name="dense",
-        fn=dense_attention,
-        options=("implementation", "block_q", "block_k"),
-        doc="full softmax attention (Vaswani et al. 2017); reference | chunked | cudnn | auto",
+_DOCS = {
+    "dense": "full softmax attention (Vaswani et al. 2017); reference | chunked | cudnn | auto",
+    "causal": "dense attention with the causal mask always on (decoders)",
+}
+for _name, _fn in (("dense", dense_attention), ("causal", causal_attention)):
+    registry.register(
+        registry.Mechanism(
+            name=_name, fn=_fn, options=("implementation", "block_q", "block_k"), doc=_DOCS[_name]
+        )
     )
-)
-registry.register(
-    registry.Mechanism(
-        name="causal",
-        fn=causal_attention,
-        options=("implementation", "block_q", "block_k"),
-        doc="dense attention with the causal mask always on (decoders)",
-    )
-)

@@ -120,31 +120,26 @@ def _attend(q, k, v, ctx: Context, *, table, count, block_q, block_k, mask_fn, p
     )
 
 
+def _range_part(q, k, v, ctx: Context, *, lo, hi, block: int, mask_fn, part: int):
+    """A part whose query block i visits the key positions ``[lo[i], hi[i])``."""
+    table, count = range_table(lo, hi, block)
+    kw = dict(table=table, count=count, block_q=block, block_k=block)
+    return _attend(q, k, v, ctx, mask_fn=mask_fn, part=part, **kw)
+
+
 def local_band(q, k, v, ctx: Context, *, stride: int, block: int, causal: bool, part: int = 0):
     """Strided A1: keys ``i - l <= j <= i`` (``|i - j| <= l`` when bidirectional)."""
     t, l = q.shape[1], stride
     starts = np.arange(t // block) * block
-    lo = np.maximum(starts - l, 0)
-    hi = np.minimum(starts + block + (0 if causal else l), t)
-    table, count = range_table(lo, hi, block)
     ahead = 0 if causal else l
+    lo = np.maximum(starts - l, 0)
+    hi = np.minimum(starts + block + ahead, t)
 
     def mask_fn(q_pos, k_pos):
         qq, kk = q_pos[:, None], k_pos[None, :]
         return (kk >= qq - l) & (kk <= qq + ahead)
 
-    return _attend(
-        q,
-        k,
-        v,
-        ctx,
-        table=table,
-        count=count,
-        block_q=block,
-        block_k=block,
-        mask_fn=mask_fn,
-        part=part,
-    )
+    return _range_part(q, k, v, ctx, lo=lo, hi=hi, block=block, mask_fn=mask_fn, part=part)
 
 
 def block_diagonal(q, k, v, ctx: Context, *, stride: int, block: int, causal: bool, part=0):
@@ -153,25 +148,13 @@ def block_diagonal(q, k, v, ctx: Context, *, stride: int, block: int, causal: bo
     starts = np.arange(t // block) * block
     lo = (starts // l) * l
     hi = starts + block if causal else lo + l
-    table, count = range_table(lo, hi, block)
 
     def mask_fn(q_pos, k_pos):
         qq, kk = q_pos[:, None], k_pos[None, :]
         same = (kk // l) == (qq // l)
         return same & (kk <= qq) if causal else same
 
-    return _attend(
-        q,
-        k,
-        v,
-        ctx,
-        table=table,
-        count=count,
-        block_q=block,
-        block_k=block,
-        mask_fn=mask_fn,
-        part=part,
-    )
+    return _range_part(q, k, v, ctx, lo=lo, hi=hi, block=block, mask_fn=mask_fn, part=part)
 
 
 def _to_columns(x, stride: int):
