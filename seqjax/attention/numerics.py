@@ -13,8 +13,8 @@ the ``[B, T, H, D]`` layout), which applies, in this order and with these conven
 4. the values: probabilities cast to the value dtype, products accumulated in float32.
 
 The blockwise engines (``blockwise``, ``pallas_blocks``) keep running statistics instead
-of the whole row (the online softmax, Milakov & Gimelshein 2018, §3; Dao et al. 2022,
-Alg. 1) and end with ``finish_online_softmax``; partial attentions over disjoint key sets
+of the whole row (the online softmax, Milakov & Gimelshein 2018, §3, Alg. 3; Dao et al.
+2022, Alg. 1) and end with ``finish_online_softmax``; partial attentions over disjoint key sets
 are combined exactly from their log-sum-exps by ``merge_lse`` (the same rescaling, applied
 to whole parts: ``out = sum_p exp(lse_p - lse) out_p`` with ``lse = logsumexp_p lse_p``).
 
@@ -152,9 +152,9 @@ def attend(q, k, v, valid=None, *, scale=None, dropout_rate=0.0, dropout_rng=Non
 
 
 def finish_online_softmax(m, l, acc):
-    """Output and log-sum-exp from the online-softmax state (Dao et al. 2022, Alg. 1,
-    lines 12-13): ``out = acc / l``, ``lse = m + log l``; rows with ``l == 0`` (no visible
-    key) give ``out = 0`` and ``lse = -inf``.
+    """Output and log-sum-exp from the online-softmax state (FlashAttention-2, Dao 2023,
+    Alg. 1, lines 12-13): ``out = acc / l``, ``lse = m + log l``; rows with ``l == 0`` (no
+    visible key) give ``out = 0`` and ``lse = -inf``.
 
     Args:
       m: running max ``[...]``; l: running sum ``[...]``; acc: running ``P V`` ``[..., Dv]``.
@@ -164,7 +164,8 @@ def finish_online_softmax(m, l, acc):
 
 
 def backward_stats(rowsum_g_out, lse, g_lse):
-    """The per-row terms of the softmax backward pass (Dao 2023, Alg. 2, line 4):
+    """The per-row terms of the softmax backward pass (FlashAttention-2, Dao 2023, Alg. 2,
+    line 4):
     ``delta = rowsum(dO * O) - d lse`` (``d lse_i / d s_ij = P_ij``, so an lse cotangent
     enters ``dS = P (dP - delta)`` as ``-d lse``) and the lse with ``-inf`` replaced by 0.
 
