@@ -4,7 +4,8 @@
 ``fn(q, k, v, *, causal=False, mask=None, segment_ids=None, dropout_rate=0.0,
 dropout_rng=None, **options) -> out`` on ``[batch, seq, heads, head_dim]`` arrays;
 ``seqjax.attention.names()`` lists what is registered. Importing this package registers
-every built-in mechanism.
+every built-in mechanism. The numerics they share (masked softmax, dropout, log-sum-exp
+merge, padding) live in ``seqjax.attention.numerics``.
 """
 
 # Importing a mechanism's module registers it (one file and one name per mechanism).

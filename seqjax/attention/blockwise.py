@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from seqjax.attention import masks as masks_lib
+from seqjax.attention import numerics
 
 MaskFn = Callable[[jax.Array, jax.Array], jax.Array]
 
@@ -114,13 +115,27 @@ def transpose_table(table: np.ndarray, count: np.ndarray, nk: int):
     return t_table, t_count
 
 
-def _pad_to(x, n: int, axis: int = 1):
-    pad = n - x.shape[axis]
-    if pad == 0:
-        return x
-    widths = [(0, 0)] * x.ndim
-    widths[axis] = (0, pad)
-    return jnp.pad(x, widths)
+def call_with_vjp(forward, backward, qp, kp, vp, aux):
+    """``forward(qp, kp, vp, aux) -> (out, lse)`` under the custom VJP ``backward(res, (g,
+    g_lse))`` with residuals ``(qp, kp, vp, aux, out, lse)``: the FlashAttention wiring
+    (store ``out`` and ``lse`` only, recompute ``P`` backward; Dao et al. 2022, §3.1) shared
+    by this engine and the Pallas kernels. Forward mode raises ``HIGHER_ORDER_MESSAGE``."""
+
+    @jax.custom_vjp
+    def attend(qp, kp, vp, aux):
+        return forward(qp, kp, vp, aux)
+
+    def attend_fwd(qp, kp, vp, aux):
+        out, lse = forward(qp, kp, vp, aux)
+        return (out, lse), (qp, kp, vp, aux, out, lse)
+
+    attend.defvjp(attend_fwd, backward)
+    try:
+        return attend(qp, kp, vp, aux)
+    except TypeError as e:  # jvp of a custom_vjp: JAX's message does not name the way out
+        if "forward-mode" in str(e):
+            raise NotImplementedError(HIGHER_ORDER_MESSAGE) from e
+        raise
 
 
 def blockwise_attention(
@@ -169,21 +184,20 @@ def blockwise_attention(
     nq, nk = -(-t // bq), -(-s // bk)
     if table.shape[0] != nq:
         raise ValueError(f"block table has {table.shape[0]} rows, expected {nq}")
-    scale = float(scale if scale is not None else 1.0 / np.sqrt(d))
+    scale = float(numerics.default_scale(scale, d))
     offset = masks_lib.causal_offset(t, s)
     key_mask = masks_lib.check_key_mask(mask, b, s)
     q_seg, kv_seg = masks_lib.split_segment_ids(segment_ids, t, s)
+    numerics.check_dropout(dropout_rate, dropout_rng)
     use_dropout = dropout_rate > 0.0
-    if use_dropout and dropout_rng is None:
-        raise ValueError("dropout_rate > 0 needs a dropout_rng")
     t_table, t_count = transpose_table(table, count, nk)
 
-    qp = _pad_to(q, nq * bq)
-    kp, vp = _pad_to(k, nk * bk), _pad_to(v, nk * bk)
+    pad = numerics.pad_to
+    qp, kp, vp = pad(q, nq * bq), pad(k, nk * bk), pad(v, nk * bk)
     # Auxiliary (non-differentiable) inputs; padded positions are masked by position.
-    km = _pad_to(key_mask, nk * bk) if key_mask is not None else None
-    qs = _pad_to(q_seg, nq * bq) if q_seg is not None else None
-    ks = _pad_to(kv_seg, nk * bk) if kv_seg is not None else None
+    km = pad(key_mask, nk * bk) if key_mask is not None else None
+    qs = pad(q_seg, nq * bq) if q_seg is not None else None
+    ks = pad(kv_seg, nk * bk) if kv_seg is not None else None
     aux = (km, qs, ks, dropout_rng)
 
     def slice_rows(x, start, size):
@@ -252,9 +266,7 @@ def blockwise_attention(
                 jnp.zeros((b, h, bq), jnp.float32),
                 jnp.zeros((b, h, bq, dv), jnp.float32),
             )
-            m, l, acc = jax.lax.fori_loop(0, count_j[i], body, init)
-            out = acc / jnp.where(l == 0.0, 1.0, l)[..., None]
-            lse = jnp.where(l == 0.0, -jnp.inf, m + jnp.log(jnp.where(l == 0.0, 1.0, l)))
+            out, lse = numerics.finish_online_softmax(*jax.lax.fori_loop(0, count_j[i], body, init))
             return out.transpose(0, 2, 1, 3), lse  # [B, bq, H, Dv], [B, H, bq]
 
         out, lse = jax.lax.map(one_q_block, jnp.arange(nq))
@@ -267,12 +279,10 @@ def blockwise_attention(
         qp, kp, vp, g, g_lse = _first_order_only((qp, kp, vp, g, g_lse))
         t_table_j, t_count_j = jnp.asarray(t_table), jnp.asarray(t_count)
         g = g.astype(jnp.float32)
-        # delta_i = rowsum(dO * O) - dlse_i: [B, H, T'] grouped per query block [nq, B, H, bq].
-        # (d lse_i / d s_ij = P_ij, so an lse cotangent enters dS = P (dP - delta) as -dlse.)
-        delta = jnp.einsum("bqhd,bqhd->bhq", g, out.astype(jnp.float32))
-        delta = delta.reshape(b, h, nq, bq).transpose(2, 0, 1, 3)
-        delta = delta - jnp.where(jnp.isfinite(lse), g_lse, 0.0)
-        lse_safe = jnp.where(jnp.isfinite(lse), lse, 0.0)
+        # delta_i = rowsum(dO * O) - dlse_i, grouped per query block [nq, B, H, bq].
+        rowsum = jnp.einsum("bqhd,bqhd->bhq", g, out.astype(jnp.float32))
+        rowsum = rowsum.reshape(b, h, nq, bq).transpose(2, 0, 1, 3)
+        delta, lse_safe = numerics.backward_stats(rowsum, lse, g_lse)
         g_c = g.astype(qp.dtype)
 
         def one_k_block(dq, j):
@@ -314,21 +324,7 @@ def blockwise_attention(
         dv = dv.transpose(1, 0, 2, 3, 4).reshape(vp.shape)
         return dq.astype(qp.dtype), dk.astype(kp.dtype), dv.astype(vp.dtype), None
 
-    @jax.custom_vjp
-    def attend(qp, kp, vp, aux):
-        return forward(qp, kp, vp, aux)
-
-    def attend_fwd(qp, kp, vp, aux):
-        out, lse = forward(qp, kp, vp, aux)
-        return (out, lse), (qp, kp, vp, aux, out, lse)
-
-    attend.defvjp(attend_fwd, backward)
-    try:
-        out, lse_nBHb = attend(qp, kp, vp, aux)
-    except TypeError as e:  # jvp of a custom_vjp: JAX's message does not name the way out
-        if "forward-mode" in str(e):
-            raise NotImplementedError(HIGHER_ORDER_MESSAGE) from e
-        raise
+    out, lse_nBHb = call_with_vjp(forward, backward, qp, kp, vp, aux)
     out = out[:, :t]
     if not return_lse:
         return out

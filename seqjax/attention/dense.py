@@ -35,9 +35,8 @@ import logging
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from seqjax.attention import blockwise, pallas_blocks, registry, splash
+from seqjax.attention import blockwise, numerics, pallas_blocks, registry, splash
 from seqjax.attention import masks as masks_lib
 
 log = logging.getLogger(__name__)
@@ -47,15 +46,8 @@ IMPLEMENTATIONS = ("auto", "reference", "chunked", "cudnn", "pallas", "splash")
 AUTO_CHUNK_THRESHOLD = 2048 * 2048
 
 
-def _softmax_masked(logits, valid):
-    """Softmax over the last axis in float32; fully masked rows give zeros, not NaN."""
-    if valid is not None:
-        logits = jnp.where(valid, logits, -jnp.inf)
-    m = logits.max(-1, keepdims=True)
-    m = jax.lax.stop_gradient(jnp.where(jnp.isfinite(m), m, 0.0))
-    e = jnp.exp(logits - m)
-    denom = e.sum(-1, keepdims=True)
-    return e / jnp.where(denom == 0.0, 1.0, denom)
+# relative.py's name for the shared masked softmax (kept until it imports ``numerics``).
+_softmax_masked = numerics.masked_softmax
 
 
 def reference_attention(
@@ -91,19 +83,11 @@ def reference_attention(
 
 def masked_attention(q, k, v, valid, *, scale=None, dropout_rate=0.0, dropout_rng=None):
     """Materialized attention under any boolean mask ``valid`` broadcastable to
-    ``[B, H, T, S]`` (True = attend): the ground truth of every mask and pattern."""
-    scale = scale if scale is not None else 1.0 / np.sqrt(q.shape[-1])
-    logits_BHTS = jnp.einsum("bthd,bshd->bhts", q, k, preferred_element_type=jnp.float32)
-    probs_BHTS = _softmax_masked(logits_BHTS * scale, valid)
-    if dropout_rate > 0.0:
-        if dropout_rng is None:
-            raise ValueError("dropout_rate > 0 needs a dropout_rng")
-        keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, probs_BHTS.shape)
-        probs_BHTS = probs_BHTS * keep / (1.0 - dropout_rate)
-    out = jnp.einsum(
-        "bhts,bshd->bthd", probs_BHTS.astype(v.dtype), v, preferred_element_type=jnp.float32
+    ``[B, H, T, S]`` (True = attend): the ground truth of every mask and pattern
+    (``numerics.attend``)."""
+    return numerics.attend(
+        q, k, v, valid, scale=scale, dropout_rate=dropout_rate, dropout_rng=dropout_rng
     )
-    return out.astype(q.dtype)
 
 
 def chunked_attention(q, k, v, *, causal=False, block_q=512, block_k=512, **kwargs):
@@ -246,19 +230,13 @@ def causal_attention(q, k, v, **kwargs):
     return dense_attention(q, k, v, **kwargs)
 
 
-registry.register(
-    registry.Mechanism(
-        name="dense",
-        fn=dense_attention,
-        options=("implementation", "block_q", "block_k"),
-        doc="full softmax attention (Vaswani et al. 2017); reference | chunked | cudnn | auto",
+_DOCS = {
+    "dense": "full softmax attention (Vaswani et al. 2017); reference | chunked | cudnn | auto",
+    "causal": "dense attention with the causal mask always on (decoders)",
+}
+for _name, _fn in (("dense", dense_attention), ("causal", causal_attention)):
+    registry.register(
+        registry.Mechanism(
+            name=_name, fn=_fn, options=("implementation", "block_q", "block_k"), doc=_DOCS[_name]
+        )
     )
-)
-registry.register(
-    registry.Mechanism(
-        name="causal",
-        fn=causal_attention,
-        options=("implementation", "block_q", "block_k"),
-        doc="dense attention with the causal mask always on (decoders)",
-    )
-)

@@ -1,7 +1,7 @@
 """Linformer attention (Wang et al. 2020, "Self-Attention with Linear Complexity").
 
 Keys and values are projected along the *sequence* axis from n to k positions before
-attention (PAPERS.md §3, Wang et al. 2020 eq. 7):
+attention (Wang et al. 2020, §4, eq. 7):
 
     head_i = softmax(Q_i (E_i K_i)^T / sqrt(D)) (F_i V_i),   E_i, F_i in R^{k x n}
 
@@ -17,8 +17,8 @@ For 12 layers x 12 heads: 288 / 24 / 12 / 1 matrices (the paper counts 24 / 12 /
 shared modes).
 
 Lengths: E and F are ``[k, max_len]`` with ``max_len`` fixed when the parameters are
-created. An input of S <= max_len positions uses the first S columns ``E[:, :S]`` (PAPERS.md
-§3); a longer input raises ``ValueError``.
+created. An input of S <= max_len positions uses the first S columns ``E[:, :S]`` (as the
+fairseq reference of Wang et al. 2020 does); a longer input raises ``ValueError``.
 
 Padding: key-padding positions (``mask`` False) have their key and value rows zeroed
 *before* the projection, so padding content never reaches the projected keys/values (the
@@ -44,12 +44,11 @@ length (option ``k``), N ``max_len`` (columns of E/F).
 from __future__ import annotations
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 import numpy as np
 
 from seqjax.attention import masks as masks_lib
-from seqjax.attention import registry
+from seqjax.attention import numerics, registry
 
 SHARING = ("none", "headwise", "kv", "layerwise")
 DEFAULT_K = 128
@@ -213,23 +212,15 @@ def linformer_attention(
         v_BSHD = jnp.where(keep_BS11, v_BSHD, jnp.zeros((), v_BSHD.dtype))
     kp_BKHD = _project(proj_e, k_BSHD)
     vp_BKHD = _project(proj_f, v_BSHD)
-    scale = scale if scale is not None else 1.0 / np.sqrt(d)
-    logits_BHTK = jnp.einsum(
-        "bthd,bkhd->bhtk", q_BTHD, kp_BKHD.astype(q_BTHD.dtype), preferred_element_type=jnp.float32
-    )
-    probs_BHTK = jax.nn.softmax(logits_BHTK * scale, axis=-1)
-    if dropout_rate > 0.0:
-        if dropout_rng is None:
-            raise ValueError("dropout_rate > 0 needs a dropout_rng")
-        keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, probs_BHTK.shape)
-        probs_BHTK = probs_BHTK * keep / (1.0 - dropout_rate)
-    out_BTHD = jnp.einsum(
-        "bhtk,bkhd->bthd",
-        probs_BHTK.astype(v_BSHD.dtype),
+    # Eq. (7): the dense numerics on the projected keys/values (K positions, no mask).
+    return numerics.attend(
+        q_BTHD,
+        kp_BKHD.astype(q_BTHD.dtype),
         vp_BKHD.astype(v_BSHD.dtype),
-        preferred_element_type=jnp.float32,
+        scale=scale,
+        dropout_rate=dropout_rate,
+        dropout_rng=dropout_rng,
     )
-    return out_BTHD.astype(q_BTHD.dtype)
 
 
 def projection_init(key, shape, dtype=jnp.float32):

@@ -69,7 +69,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax.attention import blockwise, registry
+from seqjax.attention import blockwise, numerics, registry
 from seqjax.attention import masks as masks_lib
 from seqjax.attention.lsh_hashing import (  # noqa: F401 (part of lsh's API)
     default_n_buckets,
@@ -214,19 +214,14 @@ def _attend_chunks(
         seg_w = _look_around(seg_s.reshape(b, h, r, n, c), before, after, -1)
         valid = valid & (seg_s.reshape(b, h, r, n, c)[..., :, None] == seg_w[..., None, :])
     logits = jnp.where(kp == qp, SELF_LOGIT, logits)
-    logits = jnp.where(valid, logits, -jnp.inf)
-
-    m = jnp.max(logits, -1, keepdims=True)
-    m = jax.lax.stop_gradient(jnp.where(jnp.isfinite(m), m, 0.0))
-    e = jnp.exp(logits - m)
-    s = jnp.sum(e, -1, keepdims=True)
-    probs = e / jnp.where(s == 0.0, 1.0, s)
-    lse = jnp.where(s == 0.0, -jnp.inf, m + jnp.log(jnp.where(s == 0.0, 1.0, s)))[..., 0]
-    if rate > 0.0:
-        keep = jax.random.bernoulli(drop_rng, 1.0 - rate, probs.shape)
-        probs = probs * keep / (1.0 - rate)
-    out = jnp.einsum(
-        "bhrnqk,bhrnkd->bhrnqd", probs.astype(v_w.dtype), v_w, preferred_element_type=jnp.float32
+    out, lse = numerics.attend_logits(
+        logits,
+        v_w,
+        valid,
+        dropout_rate=rate,
+        dropout_rng=drop_rng,
+        spec="bhrnqk,bhrnkd->bhrnqd",
+        return_lse=True,
     )
     return out.reshape(b, h, r, tp, dv), lse.reshape(b, h, r, tp)
 
@@ -308,16 +303,14 @@ def lsh_attention(
         raise ValueError(f"lsh attention max_len={max_len!r} is invalid; expected an int >= 1")
     nb = n_buckets if n_buckets is not None else default_n_buckets(max_len or t, chunk_len)
     nb = tuple(nb) if isinstance(nb, (list, tuple)) else nb
-    scale = float(scale if scale is not None else 1.0 / np.sqrt(d))
+    scale = float(numerics.default_scale(scale, d))
     key_mask = masks_lib.check_key_mask(mask, b, t)
     q_seg, kv_seg = masks_lib.split_segment_ids(segment_ids, t, t)
-    if dropout_rate > 0.0 and dropout_rng is None:
-        raise ValueError("dropout_rate > 0 needs a dropout_rng")
+    numerics.check_dropout(dropout_rate, dropout_rng)
     rng = jax.random.PRNGKey(seed) if rng is None else rng
 
-    pad = tp - t
-    q_BHTD = jnp.pad(q, ((0, 0), (0, pad), (0, 0), (0, 0))).transpose(0, 2, 1, 3)
-    v_BHTD = jnp.pad(v, ((0, 0), (0, pad), (0, 0), (0, 0))).transpose(0, 2, 1, 3)
+    q_BHTD = numerics.pad_to(q, tp).transpose(0, 2, 1, 3)
+    v_BHTD = numerics.pad_to(v, tp).transpose(0, 2, 1, 3)
 
     rot = rotations(rng, num_heads=h, n_hashes=n_hashes, head_dim=d, n_buckets=nb)
     buckets_BHRT = hash_buckets(q_BHTD, rot, nb)
@@ -325,7 +318,7 @@ def lsh_attention(
     # last (bucket K), so they never move the chunk boundaries of the real keys.
     key_ok_BT = jnp.broadcast_to(jnp.arange(tp) < t, (b, tp))
     if key_mask is not None:
-        key_ok_BT = key_ok_BT & jnp.pad(jnp.broadcast_to(key_mask, (b, t)), ((0, 0), (0, pad)))
+        key_ok_BT = key_ok_BT & numerics.pad_to(jnp.broadcast_to(key_mask, (b, t)), tp)
     buckets_BHRT = jnp.where(key_ok_BT[:, None, None, :], buckets_BHRT, total_buckets(nb))
     perm_BHRT = jnp.argsort(buckets_BHRT, axis=-1, stable=True).astype(jnp.int32)
     inv_BHRT = jnp.argsort(perm_BHRT, axis=-1).astype(jnp.int32)
@@ -337,7 +330,7 @@ def lsh_attention(
     )
 
     def sort_aux(x_BT, fill):
-        x_BT = jnp.pad(x_BT, ((0, 0), (0, pad)), constant_values=fill)
+        x_BT = numerics.pad_to(x_BT, tp, value=fill)
         x = jnp.broadcast_to(x_BT[:, None, None, :], shape_r)
         return jnp.take_along_axis(x, perm_BHRT, axis=-1)
 
@@ -392,11 +385,9 @@ def lsh_attention(
     lse_BHRT = permute(lse_s[..., None], inv_BHRT, perm_BHRT)[..., 0][:, :, :, :t]
 
     # Combine rounds: weights softmax_r(lse_r); rows with nothing visible give zeros.
-    top = jnp.max(lse_BHRT, axis=2, keepdims=True)
-    top = jax.lax.stop_gradient(jnp.where(jnp.isfinite(top), top, 0.0))
-    w = jnp.exp(lse_BHRT - top)
-    w = w / jnp.maximum(jnp.sum(w, axis=2, keepdims=True), 1e-30)
-    out_BHTD = jnp.sum(out_BHRTD * w[..., None], axis=2)
+    out_BHTD = numerics.merge_lse(
+        [out_BHRTD[:, :, i] for i in range(n_hashes)], [lse_BHRT[:, :, i] for i in range(n_hashes)]
+    )
     return out_BHTD.transpose(0, 2, 1, 3).astype(q.dtype)
 
 
@@ -406,20 +397,12 @@ def shared_qk_reference(q, v, *, causal=False, mask=None, segment_ids=None, scal
     The ground truth for ``lsh_attention`` with a single chunk covering the sequence.
     """
     b, t, h, d = q.shape
-    scale = scale if scale is not None else 1.0 / np.sqrt(d)
     qf = q.astype(jnp.float32)
     k = qf * jax.lax.rsqrt(jnp.sum(qf * qf, -1, keepdims=True) + 1e-12)
-    logits = jnp.einsum("bthd,bshd->bhts", qf, k) * scale
+    logits = numerics.scores(qf, k, numerics.default_scale(scale, d))
     logits = jnp.where(jnp.eye(t, dtype=bool), SELF_LOGIT, logits)
     valid = masks_lib.dense_mask(b, t, t, causal=causal, mask=mask, segment_ids=segment_ids)
-    if valid is not None:
-        logits = jnp.where(valid, logits, -jnp.inf)
-    m = jnp.max(logits, -1, keepdims=True)
-    m = jnp.where(jnp.isfinite(m), m, 0.0)
-    e = jnp.exp(logits - m)
-    s = jnp.sum(e, -1, keepdims=True)
-    probs = e / jnp.where(s == 0.0, 1.0, s)
-    return jnp.einsum("bhts,bshd->bthd", probs, v.astype(jnp.float32)).astype(q.dtype)
+    return numerics.attend_logits(logits, v.astype(jnp.float32), valid, out_dtype=q.dtype)
 
 
 # ----------------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from seqjax.attention import blockwise
+from seqjax.attention import blockwise, numerics
 from seqjax.attention import masks as masks_lib
 
 # ``dot`` moved from ``pallas`` to ``pallas.triton`` (JAX 0.8); take whichever exists.
@@ -124,11 +124,9 @@ def _fwd_kernel(table_ref, count_ref, q_ref, k_ref, v_ref, *refs, cfg):
         jnp.zeros((bq,), jnp.float32),
         jnp.zeros((bq, dv), jnp.float32),
     )
-    m, l, acc = jax.lax.fori_loop(0, count_ref[i], body, init)
-    empty = l == 0.0
-    l_safe = jnp.where(empty, 1.0, l)
-    o_ref[...] = (acc / l_safe[:, None]).astype(o_ref.dtype)
-    lse_ref[...] = jnp.where(empty, -jnp.inf, m + jnp.log(l_safe))
+    out, lse = numerics.finish_online_softmax(*jax.lax.fori_loop(0, count_ref[i], body, init))
+    o_ref[...] = out.astype(o_ref.dtype)
+    lse_ref[...] = lse
 
 
 def _dkdv_kernel(t_table_ref, t_count_ref, q_ref, k_ref, v_ref, g_ref, lse_ref, dl_ref, *refs, cfg):
@@ -243,12 +241,12 @@ def block_sparse_attention(
     nq, nk = -(-t // bq), -(-s // bk)
     if table.shape[0] != nq:
         raise ValueError(f"block table has {table.shape[0]} rows, expected {nq}")
-    scale = float(scale if scale is not None else 1.0 / np.sqrt(d))
+    scale = float(numerics.default_scale(scale, d))
     key_mask = masks_lib.check_key_mask(mask, b, s)
     q_seg, kv_seg = masks_lib.split_segment_ids(segment_ids, t, s)
     t_table, t_count = blockwise.transpose_table(table, count, nk)
 
-    pad = blockwise._pad_to
+    pad = numerics.pad_to
     qp, kp, vp = pad(q, nq * bq), pad(k, nk * bk), pad(v, nk * bk)
     aux_arrays, has_km, has_seg = [], key_mask is not None, q_seg is not None
     if has_km:
@@ -333,9 +331,8 @@ def block_sparse_attention(
         g, g_lse = cotangents
         qp, kp, vp, g, g_lse = blockwise._first_order_only((qp, kp, vp, g, g_lse))
         g = g.astype(qp.dtype)
-        delta = jnp.einsum("bqhd,bqhd->bhq", g.astype(jnp.float32), out.astype(jnp.float32))
-        delta = delta - jnp.where(jnp.isfinite(lse), g_lse, 0.0)
-        lse_safe = jnp.where(jnp.isfinite(lse), lse, 0.0)
+        rowsum = jnp.einsum("bqhd,bqhd->bhq", g.astype(jnp.float32), out.astype(jnp.float32))
+        delta, lse_safe = numerics.backward_stats(rowsum, lse, g_lse)
         dk, dv = call(
             functools.partial(_dkdv_kernel, cfg=cfg),
             grid=(nk, b, h),
@@ -377,21 +374,7 @@ def block_sparse_attention(
         )(tab, cnt, qp, kp, vp, g, lse_safe, delta, *aux_in)
         return dq, dk, dv, tuple(None for _ in aux_in)
 
-    @jax.custom_vjp
-    def attend(qp, kp, vp, aux_in):
-        return forward(qp, kp, vp, aux_in)
-
-    def attend_fwd(qp, kp, vp, aux_in):
-        out, lse = forward(qp, kp, vp, aux_in)
-        return (out, lse), (qp, kp, vp, aux_in, out, lse)
-
-    attend.defvjp(attend_fwd, backward)
-    try:
-        out, lse_BHT = attend(qp, kp, vp, tuple(aux_arrays))
-    except TypeError as e:  # jvp of a custom_vjp: JAX's message does not name the way out
-        if "forward-mode" in str(e):
-            raise NotImplementedError(blockwise.HIGHER_ORDER_MESSAGE) from e
-        raise
+    out, lse_BHT = blockwise.call_with_vjp(forward, backward, qp, kp, vp, tuple(aux_arrays))
     out = out[:, :t]
     if not return_lse:
         return out

@@ -5,7 +5,10 @@ Every mechanism is a pure function
     fn(q_BTHD, k_BSHD, v_BSHD, *, causal=False, mask=None, segment_ids=None,
        dropout_rate=0.0, dropout_rng=None, **options) -> out_BTHD
 
-on arrays in the layout of ``jax.nn.dot_product_attention``.
+on arrays in the layout of ``jax.nn.dot_product_attention``. A mechanism computes its
+scores and its mask and hands them to ``seqjax.attention.numerics`` (``attend`` or
+``attend_logits``: masked float32 softmax, dropout, values), or runs a block table on the
+blockwise engines; partial attentions merge with ``numerics.merge_lse``.
 
 Legend: B batch, T query length, S key/value length, H heads, D head dim.
 

@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from seqjax.attention import masks as masks_lib
-from seqjax.attention import registry, splash
+from seqjax.attention import numerics, registry, splash
 from seqjax.attention import sparse_blocks as blocks
 from seqjax.attention import sparse_patterns as patterns
 from seqjax.attention.sparse_patterns import head_patterns, pattern  # noqa: F401 (public API)
@@ -123,16 +123,6 @@ def resolve_options(
     )
 
 
-def _softmax_masked(logits, valid):
-    """float32 softmax over the last axis; rows with no valid key give zeros, not NaN."""
-    logits = jnp.where(valid, logits, -jnp.inf)
-    m = logits.max(-1, keepdims=True)
-    m = jax.lax.stop_gradient(jnp.where(jnp.isfinite(m), m, 0.0))
-    e = jnp.exp(logits - m)
-    den = e.sum(-1, keepdims=True)
-    return e / jnp.where(den == 0.0, 1.0, den)
-
-
 def masked_attention(q, k, v, *, kind, opts, causal, mask, segment_ids, scale, drop, drop_rng):
     """Dense attention with the per-head pattern as a mask (the ``"masked"`` ground truth)."""
     b, t, h, d = q.shape
@@ -165,24 +155,9 @@ def masked_attention(q, k, v, *, kind, opts, causal, mask, segment_ids, scale, d
     extra = masks_lib.dense_mask(b, t, t, causal=False, mask=mask, segment_ids=segment_ids)
     if extra is not None:
         valid_BHTS = valid_BHTS & extra
-    logits_BHTS = jnp.einsum("bthd,bshd->bhts", q, k, preferred_element_type=jnp.float32)
-    probs_BHTS = _softmax_masked(logits_BHTS * scale, valid_BHTS)
-    if drop > 0.0:
-        keep = jax.random.bernoulli(drop_rng, 1.0 - drop, probs_BHTS.shape)
-        probs_BHTS = probs_BHTS * keep / (1.0 - drop)
-    out = jnp.einsum(
-        "bhts,bshd->bthd", probs_BHTS.astype(v.dtype), v, preferred_element_type=jnp.float32
+    return numerics.attend(
+        q, k, v, valid_BHTS, scale=scale, dropout_rate=drop, dropout_rng=drop_rng
     )
-    return out.astype(q.dtype)
-
-
-def _pad_seq(x, length: int, value=0):
-    pad = length - x.shape[1]
-    if pad == 0:
-        return x
-    widths = [(0, 0)] * x.ndim
-    widths[1] = (0, pad)
-    return jnp.pad(x, widths, constant_values=value)
 
 
 def _take_heads(x, heads):
@@ -235,13 +210,13 @@ def blocksparse_attention(q, k, v, *, kind, opts, causal, mask, segment_ids, sca
     if key_mask is None and tp > t:
         key_mask = jnp.ones((b, t), bool)
     if key_mask is not None:
-        key_mask = _pad_seq(jnp.broadcast_to(key_mask, (b, t)), tp, False)
+        key_mask = numerics.pad_to(jnp.broadcast_to(key_mask, (b, t)), tp, value=False)
     q_seg, kv_seg = masks_lib.split_segment_ids(segment_ids, t, t)
     if q_seg is not None:
-        q_seg, kv_seg = _pad_seq(q_seg, tp), _pad_seq(kv_seg, tp)
+        q_seg, kv_seg = numerics.pad_to(q_seg, tp), numerics.pad_to(kv_seg, tp)
     engine = "pallas" if opts["implementation"] == "pallas" else "jax"
     ctx = blocks.Context(key_mask, q_seg, kv_seg, scale, drop, drop_rng, engine=engine)
-    qp, kp, vp = _pad_seq(q, tp), _pad_seq(k, tp), _pad_seq(v, tp)
+    qp, kp, vp = numerics.pad_to(q, tp), numerics.pad_to(k, tp), numerics.pad_to(v, tp)
     first = blocks.local_band if kind == "strided" else blocks.block_diagonal
     kw = dict(kind=kind, opts=opts, causal=causal)
     if opts["head_mode"] == "merged":
@@ -301,9 +276,8 @@ def sparse_attention(
     opts = resolve_options(kind, t, **options)
     if opts["head_mode"] == "split" and h % 2:
         raise ValueError(f"{name} option head_mode='split' needs an even number of heads; got {h}")
-    if dropout_rate > 0.0 and dropout_rng is None:
-        raise ValueError("dropout_rate > 0 needs a dropout_rng")
-    scale = float(scale if scale is not None else 1.0 / np.sqrt(d))
+    numerics.check_dropout(dropout_rate, dropout_rng)
+    scale = float(numerics.default_scale(scale, d))
     if opts["implementation"] == "auto":
         # Splash on TPU, the Pallas kernels on GPU; the plain-JAX engine elsewhere and for
         # dropout.

@@ -4,7 +4,7 @@ A naive key-block table gains little here: the strided column and the fixed summ
 touch every earlier key block. Each pattern is therefore split into two disjoint parts, each
 computed by the exact blockwise engine (``seqjax.attention.blockwise``, forward AND backward
 visit only the listed block pairs) and merged exactly through their log-sum-exps
-(``out = sum_p exp(lse_p - lse) out_p``, ``lse = logsumexp_p lse_p``):
+(``out = sum_p exp(lse_p - lse) out_p``, ``lse = logsumexp_p lse_p``; ``numerics.merge_lse``):
 
 * strided A1 (``local_band``): a band of key blocks around each query block;
 * strided A2 (``columns``): the reshape/transpose trick. With T = n l, position r l + col
@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax.attention import blockwise, pallas_blocks
+from seqjax.attention import blockwise, numerics, pallas_blocks
 
 log = logging.getLogger(__name__)
 
@@ -120,31 +120,26 @@ def _attend(q, k, v, ctx: Context, *, table, count, block_q, block_k, mask_fn, p
     )
 
 
+def _range_part(q, k, v, ctx: Context, *, lo, hi, block: int, mask_fn, part: int):
+    """A part whose query block i visits the key positions ``[lo[i], hi[i])``."""
+    table, count = range_table(lo, hi, block)
+    kw = dict(table=table, count=count, block_q=block, block_k=block)
+    return _attend(q, k, v, ctx, mask_fn=mask_fn, part=part, **kw)
+
+
 def local_band(q, k, v, ctx: Context, *, stride: int, block: int, causal: bool, part: int = 0):
     """Strided A1: keys ``i - l <= j <= i`` (``|i - j| <= l`` when bidirectional)."""
     t, l = q.shape[1], stride
     starts = np.arange(t // block) * block
-    lo = np.maximum(starts - l, 0)
-    hi = np.minimum(starts + block + (0 if causal else l), t)
-    table, count = range_table(lo, hi, block)
     ahead = 0 if causal else l
+    lo = np.maximum(starts - l, 0)
+    hi = np.minimum(starts + block + ahead, t)
 
     def mask_fn(q_pos, k_pos):
         qq, kk = q_pos[:, None], k_pos[None, :]
         return (kk >= qq - l) & (kk <= qq + ahead)
 
-    return _attend(
-        q,
-        k,
-        v,
-        ctx,
-        table=table,
-        count=count,
-        block_q=block,
-        block_k=block,
-        mask_fn=mask_fn,
-        part=part,
-    )
+    return _range_part(q, k, v, ctx, lo=lo, hi=hi, block=block, mask_fn=mask_fn, part=part)
 
 
 def block_diagonal(q, k, v, ctx: Context, *, stride: int, block: int, causal: bool, part=0):
@@ -153,25 +148,13 @@ def block_diagonal(q, k, v, ctx: Context, *, stride: int, block: int, causal: bo
     starts = np.arange(t // block) * block
     lo = (starts // l) * l
     hi = starts + block if causal else lo + l
-    table, count = range_table(lo, hi, block)
 
     def mask_fn(q_pos, k_pos):
         qq, kk = q_pos[:, None], k_pos[None, :]
         same = (kk // l) == (qq // l)
         return same & (kk <= qq) if causal else same
 
-    return _attend(
-        q,
-        k,
-        v,
-        ctx,
-        table=table,
-        count=count,
-        block_q=block,
-        block_k=block,
-        mask_fn=mask_fn,
-        part=part,
-    )
+    return _range_part(q, k, v, ctx, lo=lo, hi=hi, block=block, mask_fn=mask_fn, part=part)
 
 
 def _to_columns(x, stride: int):
@@ -285,22 +268,12 @@ def summaries(
 
 
 def merge(parts):
-    """Exact union of attentions over disjoint key sets from their ``(out, lse)`` pairs.
-
-    ``out = sum_p w_p out_p / sum_p w_p`` with ``w_p = exp(lse_p - m)``; ``m`` is any
-    constant (here the stop-gradient max), and rows with no visible key give zeros, not NaN.
+    """Exact union of the parts (disjoint key sets) from their ``(out [B, T, H, Dv],
+    lse [B, H, T])`` pairs, by ``numerics.merge_lse``.
 
     Returns:
       ``[B, T, H, Dv]`` float32.
     """
-    lse_max = parts[0][1]
-    for _, lse in parts[1:]:
-        lse_max = jnp.maximum(lse_max, lse)
-    lse_max = jax.lax.stop_gradient(jnp.where(jnp.isfinite(lse_max), lse_max, 0.0))
-    num, den = 0.0, 0.0
-    for out, lse in parts:
-        w_BHT = jnp.exp(lse - lse_max)
-        num = num + jnp.swapaxes(w_BHT, 1, 2)[..., None] * out.astype(jnp.float32)
-        den = den + w_BHT
-    den_BTH = jnp.swapaxes(jnp.where(den == 0.0, 1.0, den), 1, 2)
-    return num / den_BTH[..., None]
+    outs = [out for out, _ in parts]
+    lses_BTH = [jnp.swapaxes(lse, 1, 2) for _, lse in parts]
+    return numerics.merge_lse(outs, lses_BTH)

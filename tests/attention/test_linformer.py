@@ -1,5 +1,5 @@
 """Linformer as a pure function: the dense limit, the projected formula, lengths, padding
-and the clear errors (Wang et al. 2020; PAPERS.md §3).
+and the clear errors (Wang et al. 2020, §4, eq. 7).
 
 Legend: B batch, T query length, S key length, H heads, D head dim, K projected length,
 N max_len.
@@ -113,7 +113,7 @@ def test_equals_dense_attention_on_projected_keys_and_values(sharing):
 
 
 def test_shorter_inputs_use_the_first_columns():
-    """S < max_len uses E[:, :S] and F[:, :S] (PAPERS.md §3)."""
+    """S < max_len uses E[:, :S] and F[:, :S] (as the fairseq reference of Wang et al. 2020)."""
     n, s = 20, T
     q, k, v = _qkv(seed=4)
     e, f = _projections("headwise", 6, n)

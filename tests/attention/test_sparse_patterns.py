@@ -1,7 +1,8 @@
 """Sparse Transformer patterns vs. the paper's set definitions (Child et al. 2019, §4.2-4.3).
 
-The reference below is an independent loop over (i, j) written straight from the sets in
-PAPERS.md §2, with seqjax's c convention (c summary cells: j mod l in {l - c, ..., l - 1}).
+The reference below is an independent loop over (i, j) written straight from the sets of
+Child et al. 2019, §4.2-4.3, with seqjax's c convention (c summary cells: j mod l in
+{l - c, ..., l - 1}).
 """
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 
 from seqjax import attention
 from seqjax.attention import sparse_patterns as patterns
-from seqjax.attention import sparse_plot
+from tests.experiments.test_studies_smoke import load_script
 
 
 def loop_pattern(kind, t, l, c=None, causal=True, sub=0):
@@ -124,6 +125,7 @@ def test_validate_accepts_paper_settings():
 
 @pytest.mark.parametrize("kind", patterns.UNIONS)
 def test_plot_pattern_writes_png(kind, tmp_path):
+    sparse_plot = load_script("sparse_transformer/plot_patterns.py")
     path = sparse_plot.plot_pattern(tmp_path / f"{kind}.png", kind, 32, 4, causal=False)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     img = sparse_plot.pattern_image(kind, 32, 4)

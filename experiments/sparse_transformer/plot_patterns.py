@@ -4,11 +4,14 @@ Top: the connectivity matrix (rows = queries i, columns = keys j), coloured by w
 of the pattern (A1, A2 or both) lets query i see key j. Bottom: for one query (dark), the
 keys it sees laid out on the ``[T / l, l]`` grid, the paper's 2-D view.
 
+    python experiments/sparse_transformer/plot_patterns.py  # writes docs/sparse_pattern_*.png
+
 Legend: T sequence length, l stride.
 """
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import numpy as np
@@ -79,3 +82,28 @@ def plot_pattern(
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def main(argv=None) -> list[Path]:
+    """Draws the figures the README shows: strided and fixed (causal), fixed bidirectional."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(Path(__file__).resolve().parents[2] / "docs"))
+    parser.add_argument("--seq_len", type=int, default=256)
+    parser.add_argument("--stride", type=int, default=16)
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    return [
+        plot_pattern(
+            out / f"sparse_pattern_{name}.png", kind, args.seq_len, args.stride, causal=causal
+        )  # fmt: skip
+        for name, kind, causal in (
+            ("strided", "strided", True),
+            ("fixed", "fixed", True),
+            ("fixed_bidirectional", "fixed", False),
+        )
+    ]
+
+
+if __name__ == "__main__":
+    for written in main():
+        print(written)
