@@ -211,7 +211,8 @@ def blockwise_attention(
         valid = masks_lib.block_mask(q_pos, k_pos, causal=causal, offset=offset, t=t, s=s)
         valid = valid[None, None]
         if mask_fn is not None:
-            valid = valid & mask_fn(q_pos, k_pos)[None]
+            m = mask_fn(q_pos, k_pos)  # [bq, bk] or [H, bq, bk]
+            valid = valid & m.reshape((1,) * (valid.ndim - m.ndim) + m.shape)
         if km is not None:
             valid = valid & slice_rows(km, j * bk, bk)[:, None, None, :]
         if qs is not None:
