@@ -34,7 +34,7 @@ PAPER = {800: 363, 1800: 773, 2800: 1409, 3800: 1874}
 # of tgt = mem). The attention length L is mem + tgt in both: the last query of a segment
 # sees L positions, the first sees mem.
 SCALES = {
-    "smoke": dict(lengths=[64, 128], layers=1, d_model=32, heads=2, tgts=[16], repeats=1),
+    "smoke": dict(lengths=[64, 128], layers=1, d_model=32, heads=2, tgts=[16], repeats=3),
     "cpu": dict(
         lengths=[800, 1800, 2800, 3800],
         layers=4,

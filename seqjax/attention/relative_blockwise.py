@@ -40,10 +40,11 @@ import numpy as np
 
 from seqjax.attention import masks as masks_lib
 
-# Defaults picked by timing T = 1900, S = 3800, H = 4, D = 64 on XLA:CPU (see
-# experiments/transformer_xl/README.md).
+# Defaults picked by timing the forward pass at B = 1, T = 1900, S = 3800, H = 4, D = 64 on
+# XLA:CPU (2 cores, interleaved in one process, a loaded machine: see
+# experiments/transformer_xl/README.md): 256 x 256 was fastest of 128..1024 squared.
 BLOCK_Q = 256
-BLOCK_K = 512
+BLOCK_K = 256
 
 
 def key_block_range(i0: int, i1: int, *, t: int, s: int, bk: int, same_length: bool, mem_len: int):

@@ -72,16 +72,16 @@ def _key_mask(b, t, m, seed=2):
 
 
 CASES = {
-    # T = 13 is not a multiple of block_q = 4, S = 20 not one of block_k = 6.
-    "causal_memory": dict(t=13, m=7, opts=dict(block_q=4, block_k=6)),
-    "no_memory": dict(t=11, m=0, opts=dict(block_q=4, block_k=3)),
-    "same_length": dict(t=13, m=7, opts=dict(same_length=True, mem_len=7, block_q=4, block_k=3)),
+    # T = 7 is not a multiple of block_q = 3, S = 12 not one of block_k = 5.
+    "causal_memory": dict(t=7, m=5, opts=dict(block_q=3, block_k=5)),
+    "no_memory": dict(t=7, m=0, opts=dict(block_q=4, block_k=3)),
+    "same_length": dict(t=7, m=5, opts=dict(same_length=True, mem_len=5, block_q=3, block_k=2)),
     "same_length_short": dict(
-        t=12, m=9, opts=dict(same_length=True, mem_len=4, block_q=3, block_k=2)
+        t=6, m=5, opts=dict(same_length=True, mem_len=3, block_q=3, block_k=2)
     ),
-    "clamp_len": dict(t=13, m=7, clamp_len=5, opts=dict(block_q=4, block_k=6)),
-    "key_padding": dict(t=9, m=8, mask=True, opts=dict(block_q=4, block_k=5)),
-    "segment_ids": dict(t=10, m=6, segments=True, opts=dict(block_q=3, block_k=4)),
+    "clamp_len": dict(t=7, m=5, clamp_len=4, opts=dict(block_q=3, block_k=5)),
+    "key_padding": dict(t=6, m=6, mask=True, opts=dict(block_q=4, block_k=5)),
+    "segment_ids": dict(t=6, m=4, segments=True, opts=dict(block_q=3, block_k=4)),
     "block_larger_than_s": dict(t=6, m=5, opts=dict(block_q=64, block_k=64)),
     "one_query_decode_step": dict(t=1, m=9, opts=dict(block_q=4, block_k=4)),
     "unit_blocks": dict(t=3, m=2, opts=dict(block_q=1, block_k=1)),
@@ -212,10 +212,11 @@ def test_transformer_xl_logits_blockwise_equal_reference_over_two_segments():
     ref, blk = _xl("reference"), _xl("blockwise")
     params = ref.init(jax.random.key(0), tok[0])["params"]
     mem_ref, mem_blk = ref.init_memory(2), blk.init_memory(2)
+    apply_ref, apply_blk = jax.jit(ref.apply), jax.jit(blk.apply)
     for n, seg in enumerate(tok):  # the second segment attends to the first one's memory
         assert bool(mem_ref[1].all()) == (n == 1)  # empty, then full
-        lg_ref, mem_ref = ref.apply({"params": params}, seg, mem_ref)
-        lg_blk, mem_blk = blk.apply({"params": params}, seg, mem_blk)
+        lg_ref, mem_ref = apply_ref({"params": params}, seg, mem_ref)
+        lg_blk, mem_blk = apply_blk({"params": params}, seg, mem_blk)
         np.testing.assert_allclose(lg_blk, lg_ref, atol=2e-5, rtol=1e-5)
         for a, b in zip(mem_blk[0], mem_ref[0]):
             np.testing.assert_allclose(a, b, atol=2e-5, rtol=1e-5)
