@@ -38,6 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from seqjax.attention import blockwise
 from seqjax.attention import masks as masks_lib
 
 # Defaults picked by timing the forward pass at B = 1, T = 1900, S = 3800, H = 4, D = 64 on
@@ -58,16 +59,6 @@ def key_block_range(i0: int, i1: int, *, t: int, s: int, bk: int, same_length: b
     hi = min((m + i1 - 1) // bk + 1, nk)
     lo = max((m + i0 - mem_len + 1) // bk, 0) if same_length else 0
     return lo, hi
-
-
-def _pad_rows(x, n: int, axis: int = 1):
-    """Zero-pads axis ``axis`` of ``x`` up to length ``n``."""
-    pad = n - x.shape[axis]
-    if pad == 0:
-        return x
-    widths = [(0, 0)] * x.ndim
-    widths[axis] = (0, pad)
-    return jnp.pad(x, widths)
 
 
 def shift_block(raw_BHqW, bk: int):
@@ -121,11 +112,11 @@ def relative_blockwise_attention(
 
     qw_BTHD = q + r_w_bias.astype(q.dtype)
     qr_BTHD = q + r_r_bias.astype(q.dtype)
-    kp, vp = _pad_rows(k, sp), _pad_rows(v, sp)
+    kp, vp = blockwise._pad_to(k, sp), blockwise._pad_to(v, sp)
     # Row m of r serves distance S-1-m; a block reads rows m_lo .. m_lo + W - 1 <= T + sp - 1.
-    rp = _pad_rows(r.astype(q.dtype), t + sp, axis=0)
-    km = _pad_rows(key_mask, sp) if key_mask is not None else None
-    ks = _pad_rows(kv_seg, sp) if kv_seg is not None else None
+    rp = blockwise._pad_to(r.astype(q.dtype), t + sp, axis=0)
+    km = blockwise._pad_to(key_mask, sp) if key_mask is not None else None
+    ks = blockwise._pad_to(kv_seg, sp) if kv_seg is not None else None
 
     outs = []
     for i0 in range(0, t, bq):
