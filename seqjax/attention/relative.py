@@ -19,19 +19,35 @@ Masks: causal (query i sees memory and segment positions ``j <= M + i``), option
 ``same_length`` (every query sees at most ``mem_len`` keys: distance ``< mem_len``, the
 reference code's ``same_length`` band used for evaluation), key padding, segments.
 
+Implementations (option ``implementation``), equal in values and gradients:
+  * ``"reference"`` (default): materializes the ``[B, H, T, S]`` scores and the shift gather
+    above; supports attention dropout and every JAX transformation.
+  * ``"blockwise"``: ``seqjax.attention.relative_blockwise``: online softmax over key
+    blocks, the shift done inside each block, blocks outside the causal / ``same_length``
+    band skipped; memory linear in S. No attention dropout (asking for it raises).
+  * ``"auto"``: ``blockwise``, or ``reference`` when attention dropout is on (the reason is
+    logged once).
+
 Legend: B batch, T segment (query) length, S = M + T key length, H heads, D head dim,
 E = H * D width of the sinusoid embeddings.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax.attention import dense, registry
+from seqjax.attention import dense, registry, relative_blockwise
 from seqjax.attention import masks as masks_lib
+
+log = logging.getLogger(__name__)
+
+IMPLEMENTATIONS = ("reference", "blockwise", "auto")
 
 
 def relative_sinusoid(klen: int, width: int, clamp_len: int = -1):
@@ -75,6 +91,9 @@ def relative_attention(
     scale=None,
     dropout_rate=0.0,
     dropout_rng=None,
+    implementation="reference",
+    block_q=relative_blockwise.BLOCK_Q,
+    block_k=relative_blockwise.BLOCK_K,
 ):
     """Transformer-XL attention (see module docstring).
 
@@ -88,6 +107,8 @@ def relative_attention(
       mem_len: the configured memory length (used by ``same_length``).
       clamp_len, untie_r: consumed where ``r`` and the biases are built (the module hooks);
         accepted here so the options of the mechanism are one set.
+      implementation: one of ``IMPLEMENTATIONS``.
+      block_q, block_k: block sizes of ``"blockwise"``.
 
     Returns:
       ``[B, T, H, D]``.
@@ -102,6 +123,26 @@ def relative_attention(
     s = k.shape[1]
     if r.shape[0] != s or r.shape[1:] != (h, d):
         raise ValueError(f"r must have shape [seq_k, heads, head_dim] = {(s, h, d)}; got {r.shape}")
+    if same_length and mem_len <= 0:
+        raise ValueError("same_length=True needs mem_len > 0 (the window every query sees)")
+    _check_implementation(implementation, block_q, block_k)
+    if implementation == "auto":
+        implementation = "blockwise"
+        if dropout_rate > 0.0:
+            implementation = "reference"
+            _log_auto_choice("attention dropout (blockwise has none)")
+    if implementation == "blockwise":
+        if dropout_rate > 0.0:
+            raise ValueError(
+                f"relative implementation 'blockwise' has no attention dropout (dropout_rate="
+                f"{dropout_rate}); use implementation 'reference' or 'auto', or set the "
+                "attention dropout to 0"
+            )
+        return relative_blockwise.relative_blockwise_attention(
+            q, k, v, r=r, r_w_bias=r_w_bias, r_r_bias=r_r_bias, mask=mask,
+            segment_ids=segment_ids, same_length=same_length, mem_len=mem_len, scale=scale,
+            block_q=block_q, block_k=block_k,
+        )  # fmt: skip
     scale = scale if scale is not None else 1.0 / np.sqrt(d)
     f32 = jnp.float32
     ac_BHTS = jnp.einsum(
@@ -116,8 +157,6 @@ def relative_attention(
     logits_BHTS = (ac_BHTS + rel_shift_gather(bd_raw_BHTS)) * scale
     valid = masks_lib.dense_mask(b, t, s, causal=True, mask=mask, segment_ids=segment_ids)
     if same_length:
-        if mem_len <= 0:
-            raise ValueError("same_length=True needs mem_len > 0 (the window every query sees)")
         dist_TS = (s - t) + jnp.arange(t)[:, None] - jnp.arange(s)[None, :]
         valid = valid & (dist_TS < mem_len)[None, None]
     probs = dense._softmax_masked(logits_BHTS, valid)
@@ -126,6 +165,32 @@ def relative_attention(
         probs = probs * keep / (1.0 - dropout_rate)
     out = jnp.einsum("bhts,bshd->bthd", probs.astype(v.dtype), v, preferred_element_type=f32)
     return out.astype(q.dtype)
+
+
+def _check_implementation(implementation, block_q, block_k) -> None:
+    """One-line errors naming the option and its valid values."""
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(
+            f"relative option implementation={implementation!r} is not one of {IMPLEMENTATIONS}"
+        )
+    for name, val in (("block_q", block_q), ("block_k", block_k)):
+        if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
+            raise ValueError(f"relative option {name}={val!r} is invalid; valid: an integer >= 1")
+
+
+@functools.lru_cache(maxsize=8)
+def _log_auto_choice(why: str) -> None:
+    log.info("relative attention 'auto' uses 'reference': %s", why)
+
+
+def _validate(options: dict, seq_len: int) -> None:
+    """Config-time check of the option values (``registry.Mechanism.validate``)."""
+    del seq_len
+    _check_implementation(
+        options.get("implementation", "reference"),
+        options.get("block_q", relative_blockwise.BLOCK_Q),
+        options.get("block_k", relative_blockwise.BLOCK_K),
+    )
 
 
 def _bias_params(module, h: int, d: int) -> dict:
@@ -173,7 +238,10 @@ registry.register(
         fn=relative_attention,
         module_params=_module_params,
         model_params=_model_params,
-        options=("same_length", "mem_len", "clamp_len", "untie_r", "r", "r_w_bias", "r_r_bias"),
-        doc="Transformer-XL relative positional attention over [memory; segment] (Dai et al. 2019)",
+        options=("same_length", "mem_len", "clamp_len", "untie_r", "r", "r_w_bias", "r_r_bias")
+        + ("implementation", "block_q", "block_k"),
+        validate=_validate,
+        doc="Transformer-XL relative positional attention over [memory; segment] (Dai et al. "
+        "2019); reference | blockwise | auto",
     )
 )

@@ -1,0 +1,171 @@
+"""Blockwise Transformer-XL relative attention (Dai et al. 2019, §3.3 and appendix B).
+
+The same scores as ``seqjax.attention.relative`` (``score(i, j) = [(q_i + u) . k_j +
+(q_i + v) . r_{M+i-j}] / sqrt(D)``, terms (a)+(c) and (b)+(d) of §3.3), computed one
+(query block, key block) pair at a time with the online softmax of FlashAttention (Milakov
+& Gimelshein 2018; Dao et al. 2022, Alg. 1): running max ``m``, normaliser ``l`` and
+accumulator ``acc`` in float32, so no ``[T, S]`` array is ever formed.
+
+The relative shift inside a block. For queries ``i0 .. i0+bq-1`` and keys ``j0 .. j0+bk-1``
+the row of ``r`` (ordered by distance ``S-1 ... 0``) used by ``(i, j)`` is
+``T - 1 - i + j``, so the block needs only the ``bq + bk - 1`` consecutive rows starting at
+``m_lo = T - (i0 + bq) + j0``. The block computes ``BD_raw[i', c] = (q_i + v) . r[m_lo + c]``
+(``[bq, bq + bk]``, one zero-valued spare column) and takes
+``BD[i', j'] = BD_raw[i', j' + bq - 1 - i']`` as a strided view: flatten, drop the first
+``bq - 1`` entries, reshape to rows of ``bq + bk - 1`` and keep the first ``bk`` columns
+(row ``i'`` then starts ``i'`` entries earlier in ``BD_raw``: the shift, with no gather).
+
+Blocks the mask removes entirely are never computed: a query block loops (``lax.scan``, a
+static trip count) only over the key blocks from the first one inside the ``same_length``
+band to the last one the causal mask lets it see. Query blocks are a static Python loop
+(the last one may be shorter), so every loop length is static and reverse-mode autodiff
+works through the scan; the scan body is rematerialized (``jax.checkpoint``), so the
+backward pass keeps only the per-block carries (``O(T * D)`` per key block), not the
+block scores.
+
+Attention dropout is not implemented here (its random mask could not equal the reference's
+``[B, H, T, S]`` draw); ``seqjax.attention.relative`` routes dropout to the materialized
+path.
+
+Legend: B batch, T segment (query) length, S = M + T key length, M memory length, H heads,
+D head dim, bq/bk block sizes, nk number of key blocks, W = bq + bk columns of a block's
+``BD_raw``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from seqjax.attention import blockwise
+from seqjax.attention import masks as masks_lib
+
+# Defaults picked by timing the forward pass at B = 1, T = 1900, S = 3800, H = 4, D = 64 on
+# XLA:CPU (2 cores, interleaved in one process, a loaded machine: see
+# experiments/transformer_xl/README.md): 256 x 256 was fastest of 128..1024 squared.
+BLOCK_Q = 256
+BLOCK_K = 256
+
+
+def key_block_range(i0: int, i1: int, *, t: int, s: int, bk: int, same_length: bool, mem_len: int):
+    """Static ``[lo, hi)`` range of key blocks that queries ``i0 .. i1-1`` can see.
+
+    Causal: query i sees keys ``j <= M + i``; ``same_length``: keys at distance
+    ``M + i - j < mem_len``. Blocks outside the band are skipped entirely.
+    """
+    m = s - t
+    nk = -(-s // bk)
+    hi = min((m + i1 - 1) // bk + 1, nk)
+    lo = max((m + i0 - mem_len + 1) // bk, 0) if same_length else 0
+    return lo, hi
+
+
+def shift_block(raw_BHqW, bk: int):
+    """``out[..., i, j] = raw[..., i, j + bq - 1 - i]`` for ``j < bk`` (``W = bq + bk``)."""
+    *lead, bq, w = raw_BHqW.shape
+    flat = raw_BHqW.reshape(*lead, bq * w)
+    flat = jax.lax.slice_in_dim(flat, bq - 1, bq - 1 + bq * (w - 1), axis=-1)
+    return flat.reshape(*lead, bq, w - 1)[..., :bk]
+
+
+def relative_blockwise_attention(
+    q,
+    k,
+    v,
+    *,
+    r,
+    r_w_bias,
+    r_r_bias,
+    mask=None,
+    segment_ids=None,
+    same_length=False,
+    mem_len=0,
+    scale=None,
+    block_q=BLOCK_Q,
+    block_k=BLOCK_K,
+):
+    """Causal Transformer-XL attention, blockwise (see module docstring).
+
+    Args:
+      q: ``[B, T, H, D]``; k, v: ``[B, S, H, D]`` over ``[memory; segment]``.
+      r: ``[S, H, D]`` projected relative embeddings for distances ``S-1 ... 0``.
+      r_w_bias, r_r_bias: ``u`` and ``v`` of §3.3, ``[H, D]``.
+      mask: key padding ``[B, S]`` (True = keep); segment_ids: see ``masks``.
+      same_length, mem_len: every query sees only keys at distance ``< mem_len``.
+      scale: logit scale, default ``1/sqrt(D)``.
+      block_q, block_k: block sizes (clipped to T and S).
+
+    Returns:
+      ``[B, T, H, D]`` in the dtype of ``q``.
+    """
+    b, t, h, d = q.shape
+    s = k.shape[1]
+    m_len = s - t
+    bq, bk = min(int(block_q), t), min(int(block_k), s)
+    nk = -(-s // bk)
+    sp = nk * bk
+    scale = float(scale if scale is not None else 1.0 / np.sqrt(d))
+    f32 = jnp.float32
+    key_mask = masks_lib.check_key_mask(mask, b, s)
+    q_seg, kv_seg = masks_lib.split_segment_ids(segment_ids, t, s)
+
+    qw_BTHD = q + r_w_bias.astype(q.dtype)
+    qr_BTHD = q + r_r_bias.astype(q.dtype)
+    kp, vp = blockwise._pad_to(k, sp), blockwise._pad_to(v, sp)
+    # Row m of r serves distance S-1-m; a block reads rows m_lo .. m_lo + W - 1 <= T + sp - 1.
+    rp = blockwise._pad_to(r.astype(q.dtype), t + sp, axis=0)
+    km = blockwise._pad_to(key_mask, sp) if key_mask is not None else None
+    ks = blockwise._pad_to(kv_seg, sp) if kv_seg is not None else None
+
+    outs = []
+    for i0 in range(0, t, bq):
+        i1 = min(i0 + bq, t)
+        nq_i = i1 - i0  # this query block's size (the last one may be shorter)
+        qw_blk, qr_blk = qw_BTHD[:, i0:i1], qr_BTHD[:, i0:i1]
+        q_pos = i0 + jnp.arange(nq_i)
+        qs_blk = q_seg[:, i0:i1] if q_seg is not None else None
+        lo, hi = key_block_range(i0, i1, t=t, s=s, bk=bk, same_length=same_length, mem_len=mem_len)
+
+        def body(carry, j, qw_blk=qw_blk, qr_blk=qr_blk, q_pos=q_pos, qs_blk=qs_blk, i1=i1):
+            m, l, acc = carry
+            nq_b = qw_blk.shape[1]
+            j0 = j * bk
+            k_blk = jax.lax.dynamic_slice_in_dim(kp, j0, bk, axis=1)
+            v_blk = jax.lax.dynamic_slice_in_dim(vp, j0, bk, axis=1)
+            r_blk = jax.lax.dynamic_slice_in_dim(rp, t - i1 + j0, nq_b + bk, axis=0)
+            ac = jnp.einsum("bqhd,bkhd->bhqk", qw_blk, k_blk, preferred_element_type=f32)
+            bd_raw = jnp.einsum("bqhd,whd->bhqw", qr_blk, r_blk, preferred_element_type=f32)
+            logits = (ac + shift_block(bd_raw, bk)) * scale
+            k_pos = j0 + jnp.arange(bk)
+            valid = (k_pos[None, :] < s) & (k_pos[None, :] <= m_len + q_pos[:, None])
+            if same_length:
+                valid = valid & (m_len + q_pos[:, None] - k_pos[None, :] < mem_len)
+            valid = valid[None, None]
+            if km is not None:
+                valid = valid & jax.lax.dynamic_slice_in_dim(km, j0, bk, axis=1)[:, None, None]
+            if ks is not None:
+                ks_blk = jax.lax.dynamic_slice_in_dim(ks, j0, bk, axis=1)
+                valid = valid & (qs_blk[:, :, None] == ks_blk[:, None, :])[:, None]
+            logits = jnp.where(valid, logits, -jnp.inf)
+            # The output does not depend on the running max: no gradient through it.
+            m_new = jax.lax.stop_gradient(jnp.maximum(m, logits.max(-1)))
+            m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
+            p = jnp.exp(logits - m_safe[..., None])
+            corr = jnp.exp(m - m_safe)
+            pv = jnp.einsum("bhqk,bkhd->bhqd", p.astype(v.dtype), v_blk, preferred_element_type=f32)
+            return (m_new, l * corr + p.sum(-1), acc * corr[..., None] + pv), None
+
+        init = (
+            jnp.full((b, h, nq_i), -jnp.inf, f32),
+            jnp.zeros((b, h, nq_i), f32),
+            jnp.zeros((b, h, nq_i, v.shape[-1]), f32),
+        )
+        if hi > lo:
+            body_remat = jax.checkpoint(body, prevent_cse=False)
+            (_, l, acc), _ = jax.lax.scan(body_remat, init, jnp.arange(lo, hi))
+        else:  # no visible key (impossible with mem_len >= 1): zeros, as the reference
+            _, l, acc = init
+        out = acc / jnp.where(l == 0.0, 1.0, l)[..., None]
+        outs.append(out.transpose(0, 2, 1, 3))
+    return jnp.concatenate(outs, axis=1).astype(q.dtype)
