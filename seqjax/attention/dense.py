@@ -47,7 +47,6 @@ AUTO_CHUNK_THRESHOLD = 2048 * 2048
 
 
 # relative.py's name for the shared masked softmax (kept until it imports ``numerics``).
-_softmax_masked = numerics.masked_softmax
 
 
 def reference_attention(

@@ -38,12 +38,11 @@ import functools
 import logging
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax.attention import dense, registry, relative_blockwise
 from seqjax.attention import masks as masks_lib
+from seqjax.attention import numerics, registry, relative_blockwise
 
 log = logging.getLogger(__name__)
 
@@ -117,8 +116,7 @@ def relative_attention(
     registry.check_qkv(q, k, v)
     if not causal:
         raise ValueError("relative (Transformer-XL) attention is causal; causal=False is invalid")
-    if dropout_rate > 0.0 and dropout_rng is None:
-        raise ValueError("dropout_rate > 0 needs a dropout_rng")
+    numerics.check_dropout(dropout_rate, dropout_rng)
     b, t, h, d = q.shape
     s = k.shape[1]
     if r.shape[0] != s or r.shape[1:] != (h, d):
@@ -143,14 +141,14 @@ def relative_attention(
             segment_ids=segment_ids, same_length=same_length, mem_len=mem_len, scale=scale,
             block_q=block_q, block_k=block_k,
         )  # fmt: skip
-    scale = scale if scale is not None else 1.0 / np.sqrt(d)
+    scale = numerics.default_scale(scale, d)
     f32 = jnp.float32
     ac_BHTS = jnp.einsum(
-        "bthd,bshd->bhts", q + r_w_bias.astype(q.dtype), k, preferred_element_type=f32
+        "bthd,bshd->bhts", q + r_w_bias.astype(q.dtype)[None, None], k, preferred_element_type=f32
     )
     bd_raw_BHTS = jnp.einsum(
         "bthd,shd->bhts",
-        q + r_r_bias.astype(q.dtype),
+        q + r_r_bias.astype(q.dtype)[None, None],
         r.astype(q.dtype),
         preferred_element_type=f32,
     )
@@ -159,12 +157,10 @@ def relative_attention(
     if same_length:
         dist_TS = (s - t) + jnp.arange(t)[:, None] - jnp.arange(s)[None, :]
         valid = valid & (dist_TS < mem_len)[None, None]
-    probs = dense._softmax_masked(logits_BHTS, valid)
-    if dropout_rate > 0.0:
-        keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, probs.shape)
-        probs = probs * keep / (1.0 - dropout_rate)
-    out = jnp.einsum("bhts,bshd->bthd", probs.astype(v.dtype), v, preferred_element_type=f32)
-    return out.astype(q.dtype)
+    return numerics.attend_logits(
+        logits_BHTS, v, valid, dropout_rate=dropout_rate, dropout_rng=dropout_rng,
+        out_dtype=q.dtype,
+    )  # fmt: skip
 
 
 def _check_implementation(implementation, block_q, block_k) -> None:

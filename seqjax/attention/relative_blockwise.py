@@ -36,10 +36,9 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from seqjax.attention import blockwise
 from seqjax.attention import masks as masks_lib
+from seqjax.attention import numerics
 
 # Defaults picked by timing the forward pass at B = 1, T = 1900, S = 3800, H = 4, D = 64 on
 # XLA:CPU (2 cores, interleaved in one process, a loaded machine: see
@@ -105,18 +104,18 @@ def relative_blockwise_attention(
     bq, bk = min(int(block_q), t), min(int(block_k), s)
     nk = -(-s // bk)
     sp = nk * bk
-    scale = float(scale if scale is not None else 1.0 / np.sqrt(d))
+    scale = float(numerics.default_scale(scale, d))
     f32 = jnp.float32
     key_mask = masks_lib.check_key_mask(mask, b, s)
     q_seg, kv_seg = masks_lib.split_segment_ids(segment_ids, t, s)
 
-    qw_BTHD = q + r_w_bias.astype(q.dtype)
-    qr_BTHD = q + r_r_bias.astype(q.dtype)
-    kp, vp = blockwise._pad_to(k, sp), blockwise._pad_to(v, sp)
+    qw_BTHD = q + r_w_bias.astype(q.dtype)[None, None]
+    qr_BTHD = q + r_r_bias.astype(q.dtype)[None, None]
+    kp, vp = numerics.pad_to(k, sp), numerics.pad_to(v, sp)
     # Row m of r serves distance S-1-m; a block reads rows m_lo .. m_lo + W - 1 <= T + sp - 1.
-    rp = blockwise._pad_to(r.astype(q.dtype), t + sp, axis=0)
-    km = blockwise._pad_to(key_mask, sp) if key_mask is not None else None
-    ks = blockwise._pad_to(kv_seg, sp) if kv_seg is not None else None
+    rp = numerics.pad_to(r.astype(q.dtype), t + sp, axis=0)
+    km = numerics.pad_to(key_mask, sp) if key_mask is not None else None
+    ks = numerics.pad_to(kv_seg, sp) if kv_seg is not None else None
 
     outs = []
     for i0 in range(0, t, bq):
@@ -163,9 +162,9 @@ def relative_blockwise_attention(
         )
         if hi > lo:
             body_remat = jax.checkpoint(body, prevent_cse=False)
-            (_, l, acc), _ = jax.lax.scan(body_remat, init, jnp.arange(lo, hi))
+            (m_fin, l, acc), _ = jax.lax.scan(body_remat, init, jnp.arange(lo, hi))
         else:  # no visible key (impossible with mem_len >= 1): zeros, as the reference
-            _, l, acc = init
-        out = acc / jnp.where(l == 0.0, 1.0, l)[..., None]
+            m_fin, l, acc = init
+        out, _ = numerics.finish_online_softmax(m_fin, l, acc)
         outs.append(out.transpose(0, 2, 1, 3))
     return jnp.concatenate(outs, axis=1).astype(q.dtype)
