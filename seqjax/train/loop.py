@@ -22,9 +22,8 @@ import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
 from seqjax import data as data_lib
-from seqjax import evaluate as evaluate_lib
-from seqjax import sample as sample_lib
-from seqjax.train import checkpoint, flops, paths, setup, sharding
+from seqjax.train import checkpoint, flops, paths, sampling, setup, sharding
+from seqjax.train import evaluator as evaluator_lib
 from seqjax.train import metrics as metrics_lib
 from seqjax.train import step as step_lib
 
@@ -120,7 +119,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
         run.shardings,
         mesh,
     )
-    evaluator = evaluate_lib.Evaluator(run)
+    evaluator = evaluator_lib.Evaluator(run)
     writer = metrics_lib.MetricWriter(workdir, enabled=primary)
     tokens_per_step = config.data.batch_size * (config.data.seq_len if run.task == "lm" else 1)
     step = int(jax.device_get(state["step"]))
@@ -239,6 +238,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
             jax.profiler.stop_trace()
         flag.restore()
         progress.close()
+        train_iter.close()  # grain's threads and worker processes
     result = {"step": step, "stopped": stopped, "test": None, "sample": None}
     if stopped != "done":
         logging.info("stopped (%s) at step %d; checkpoint saved, rerun to resume", stopped, step)
@@ -258,7 +258,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
             # Every process samples the same text on its own host from the full parameters
             # (one all-gather on every process, then no collective at all).
             params = multihost_utils.process_allgather(params, tiled=True)
-        text = sample_lib.sample_text(
+        text = sampling.sample_text(
             run,
             params,
             t_cfg.sample_prompt,

@@ -15,9 +15,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from seqjax import evaluate, sample
 from seqjax.models.transformer_xl import TransformerXL
 from seqjax.train import config_validation, loop, setup
+from seqjax.train import evaluator as evaluate
+from seqjax.train import sampling as sample
 from seqjax.train import state as state_lib
 
 XL = {
