@@ -18,7 +18,6 @@ from absl import app, flags
 
 from seqjax import console
 from seqjax import data as data_lib
-from seqjax.train import state as state_lib
 from seqjax.train.evaluator import Evaluator  # noqa: F401 (the library's entry point)
 
 
@@ -48,7 +47,8 @@ def _main(argv):
         f.step,
     )
     result = Evaluator(run)(state["params"], f.split, max_batches=f.max_batches)
-    extra = {"eval_lengths": state_lib.eval_lengths(run.config)} if run.is_xl else {}
+    rec = run.recurrence
+    extra = {"eval_lengths": rec.eval_lengths(run.config)} if rec else {}
     print(json.dumps({"step": step, "split": f.split, **result, **extra}))
 
 

@@ -37,7 +37,9 @@ def _main(argv):
         )
     prompt = cli_inputs.usable_prompt(f.prompt, run.info.encode, run.info.decode) or "\n"
     n_prompt = len(run.info.encode(prompt))
-    cli_inputs.check_window(n_prompt, f.length, int(run.model_cfg.max_len), run.is_xl)
+    cli_inputs.check_window(
+        n_prompt, f.length, int(run.model_cfg.max_len), run.recurrence is not None
+    )
     text = sample_text(
         run, state["params"], prompt, f.length, temperature=f.temperature, seed=f.seed
     )

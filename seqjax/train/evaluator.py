@@ -3,11 +3,12 @@
 ``Evaluator(run)(params, split)`` runs inside the training loop (validation during training,
 test at the end) and behind ``python -m seqjax.evaluate``.
 
-Transformer-XL runs are evaluated as Dai et al. 2019 do (§4, enwik8: tgt_len 80, mem_len
-2100, clamp_len 820, same_length): the split is read as ``eval_batch_size`` contiguous
-streams (``lm_batching='stream'``) in segments of ``config.eval.tgt_len`` tokens, the
-memory (``config.eval.mem_len``, emptied at the start of every evaluation) carried from
-segment to segment, and every target token counted exactly once.
+Recurrent models (``seqjax.models.memory``) are evaluated as Dai et al. 2019 evaluate
+Transformer-XL (§4, enwik8: tgt_len 80, mem_len 2100, clamp_len 820, same_length): the
+split is read as ``eval_batch_size`` contiguous streams (``lm_batching='stream'``) in
+segments of ``config.eval.tgt_len`` tokens, the memory (``config.eval.mem_len``, emptied at
+the start of every evaluation) carried from segment to segment, and every target token
+counted exactly once.
 """
 
 from __future__ import annotations
@@ -21,51 +22,35 @@ from tqdm import tqdm
 from seqjax import data as data_lib
 from seqjax.train import metrics as metrics_lib
 from seqjax.train import sharding
-from seqjax.train import state as state_lib
 from seqjax.train import step as step_lib
 
 
 class Evaluator:
     """A jitted eval step bound to a built run (``seqjax.train.setup.Run``).
 
-    For Transformer-XL it builds a second ``TransformerXL`` with the evaluation lengths of
-    ``state.eval_lengths(run.config)`` (``self.lengths``); the trained parameters fit it.
+    A recurrent model (``run.recurrence``) is evaluated by a second module built with the
+    evaluation lengths of ``run.recurrence.eval_lengths(run.config)`` (``self.lengths``);
+    the trained parameters fit it. The jitted programs are built once, here.
     """
 
     def __init__(self, run):
         self.run = run
-        self.lengths = None
-        self._replicated = jax.sharding.NamedSharding(run.mesh, jax.sharding.PartitionSpec())
-        if run.is_xl:
-            self.lengths = state_lib.eval_lengths(run.config)
-            ln = self.lengths
-            cfg = state_lib.with_xl_lengths(
-                run.model_cfg,
-                mem_len=ln["mem_len"],
-                clamp_len=ln["clamp_len"],
-                same_length=ln["same_length"],
-            )
-            self.model = state_lib.make_model(cfg, run.task, mem_len=ln["mem_len"])
-            self._memory_sh = jax.sharding.NamedSharding(
-                run.mesh, jax.sharding.PartitionSpec(("data", "fsdp"))
-            )
-            fn = step_lib.make_xl_eval_step(self.model)
-            self._step = step_lib.jit_xl_eval_step(
-                fn, run.shardings["params"], self._memory_sh, run.mesh
-            )
-            self._init_memory = jax.jit(
-                self.model.init_memory, static_argnums=0, out_shardings=self._memory_sh
-            )
-        else:
-            self.model = run.model
-            fn = step_lib.make_eval_step(run.model, run.task)
-            self._step = step_lib.jit_eval_step(fn, run.shardings["params"], run.mesh)
+        rec = run.recurrence
+        self.lengths = rec.eval_lengths(run.config) if rec else None
+        self.model = rec.eval_model(run.model_cfg, self.lengths) if rec else run.model
+        replicated = jax.sharding.NamedSharding(run.mesh, jax.sharding.PartitionSpec())
+        memory_sh = sharding.batch_sharding(run.mesh) if rec else None
+        self._step = step_lib.jit_eval_step(
+            step_lib.make_eval_step(self.model), run.shardings["params"], memory_sh, run.mesh
+        )
         # Zeros made by one jitted program on every process, like each step after it.
-        self._zero_sums = jax.jit(step_lib.zero_sums, out_shardings=self._replicated)
-
-    def _empty_memory(self, batch: int):
-        """The XL memory at the start of a split: zeros, all invalid, sharded like a batch."""
-        return self._init_memory(batch)
+        self._zero_sums = jax.jit(step_lib.zero_sums, out_shardings=replicated)
+        # A recurrent model's memory at the start of a split: empty, sharded like a batch.
+        self._empty_memory = (
+            jax.jit(self.model.init_memory, static_argnums=0, out_shardings=memory_sh)
+            if rec
+            else lambda batch: None
+        )
 
     def __call__(self, params, split: str, *, max_batches: int = 0, show: bool = True) -> dict:
         """Evaluates ``params`` on ``split``.
@@ -83,11 +68,10 @@ class Evaluator:
         data_cfg = copy.deepcopy(config.data)
         if config.train.eval_batch_size:
             data_cfg.batch_size = config.train.eval_batch_size
-        memory = None
-        if self.lengths is not None:  # Transformer-XL: one pass of contiguous streams
+        if self.lengths is not None:  # recurrent: one pass of contiguous streams
             data_cfg.seq_len = self.lengths["tgt_len"]
             data_cfg.lm_batching = "stream"
-            memory = self._empty_memory(int(data_cfg.batch_size))  # reset for every split
+        memory = self._empty_memory(int(data_cfg.batch_size))  # reset for every split
         it = data_lib.make(
             data_cfg,
             split=split,
@@ -111,10 +95,7 @@ class Evaluator:
                     if i >= total:
                         break
                     batch = sharding.global_batch(local, self.run.mesh)
-                    if memory is None:
-                        sums = self._step(params, sums, batch)
-                    else:
-                        sums, memory = self._step(params, sums, memory, batch)
+                    sums, memory = self._step(params, sums, memory, batch)
                     bar.update(1)
         finally:
             bar.close()

@@ -26,7 +26,6 @@ import numpy as np
 from seqjax.models import TransformerLM
 from seqjax.models.layers import KV_CACHE_MECHANISMS
 from seqjax.models.transformer_xl import TransformerXL
-from seqjax.train import state as state_lib
 
 CACHED_MECHANISMS = KV_CACHE_MECHANISMS
 
@@ -134,30 +133,22 @@ def _generate_windowed(model_cfg, params, buf_L, p, n, temperature, rng):
     return run(params, buf_L, rng)
 
 
-def generate_xl(
-    model_cfg,
-    params,
-    prompt_P: np.ndarray,
-    length: int,
-    *,
-    mem_len: int,
-    segment_len: int,
-    temperature: float = 1.0,
-    seed=0,
+def generate_recurrent(
+    model, params, prompt_P: np.ndarray, length: int, *, segment_len: int, temperature=1.0, seed=0
 ) -> np.ndarray:
-    """Transformer-XL sampling with the memory as the cache.
+    """Sampling from a recurrent model (``seqjax.models.memory``) with the memory as the cache.
 
     The first ``(P - 1) // T`` full segments of the prompt run as segments (one compiled
     program), the rest of the prompt and the ``N`` samples one token per step in a
-    ``lax.scan``; every step sees the last ``M`` positions through the memory. With
+    ``lax.scan``; every step sees the past through the memory. For Transformer-XL with
     ``M >= P + N`` (and ``same_length`` off) the logits equal a full recomputation.
 
     Args:
-      model_cfg: the ``TransformerConfig`` with "relative" attention options to use.
-      params: the TransformerXL parameters.
+      model: the module, ``apply(variables, tokens_BT, memory) -> (logits, memory)``, with
+        the lengths to sample with.
+      params: its parameters.
       prompt_P: int token ids, at least one.
       length: N, tokens to generate.
-      mem_len: M, positions of memory (the context beyond the current token).
       segment_len: T for the prompt's segments.
       temperature: softmax temperature (0 = greedy).
       seed: sampling seed.
@@ -169,11 +160,10 @@ def generate_xl(
     p, n, t = len(prompt_P), int(length), int(segment_len)
     if p < 1:
         raise ValueError("prompt must encode to at least one token")
-    if t < 1 or mem_len < 0:
-        raise ValueError(f"segment_len={t} must be >= 1 and mem_len={mem_len} >= 0")
+    if t < 1:
+        raise ValueError(f"segment_len={t} must be >= 1")
     if n == 0:
         return np.zeros((0,), np.int32)
-    model = TransformerXL(model_cfg, mem_len=int(mem_len))
     memory = model.init_memory(1)
     n_seg = (p - 1) // t
 
@@ -202,29 +192,35 @@ def generate_xl(
     return np.asarray(run(params, memory, rest_R, jax.random.PRNGKey(seed)))
 
 
+def generate_xl(
+    model_cfg, params, prompt_P, length: int, *, mem_len: int, segment_len: int, **kwargs
+) -> np.ndarray:
+    """``generate_recurrent`` of ``TransformerXL(model_cfg, mem_len)`` (M positions of
+    memory: the context beyond the current token)."""
+    if mem_len < 0:
+        raise ValueError(f"mem_len={mem_len} must be >= 0")
+    model = TransformerXL(model_cfg, mem_len=int(mem_len))
+    return generate_recurrent(model, params, prompt_P, length, segment_len=segment_len, **kwargs)
+
+
 def sample_text(run, params, prompt: str, length: int, *, temperature=1.0, seed=0) -> str:
     """Prompt string -> generated continuation (decoded), for a built LM run.
 
-    Transformer-XL runs use ``generate_xl`` with the evaluation lengths of ``config.eval``
-    (``seqjax.train.state.eval_lengths``) and the training ``seq_len`` as prompt segments.
+    A recurrent model (``run.recurrence``) samples with ``generate_recurrent``, built with
+    its evaluation lengths (``config.eval`` for Transformer-XL), the training ``seq_len`` as
+    the prompt's segments.
     """
     if run.task != "lm":
         raise ValueError(f"sampling needs a language model; this run's task is {run.task!r}")
     ids = run.info.encode(prompt or "\n")
-    if getattr(run, "is_xl", False):
-        ln = state_lib.eval_lengths(run.config)
-        cfg = state_lib.with_xl_lengths(
-            run.model_cfg,
-            mem_len=ln["mem_len"],
-            clamp_len=ln["clamp_len"],
-            same_length=ln["same_length"],
-        )
-        out = generate_xl(
-            cfg,
+    rec = run.recurrence
+    if rec is not None:
+        model = rec.eval_model(run.model_cfg, rec.eval_lengths(run.config))
+        out = generate_recurrent(
+            model,
             params,
             ids,
             length,
-            mem_len=ln["mem_len"],
             segment_len=int(run.config.data.seq_len),
             temperature=temperature,
             seed=seed,
