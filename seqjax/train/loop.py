@@ -282,7 +282,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
                 if t_cfg.stop_after and step >= t_cfg.stop_after:
                     stopped = "stop_after"
                     break
-                batch = sharding.global_batch(next(train_iter), mesh)
+                with jax.transfer_guard_host_to_device("allow"):  # the batch, on purpose
+                    batch = sharding.global_batch(next(train_iter), mesh)
                 if profile and step + 1 == profile[0]:
                     jax.profiler.start_trace(profile_dir)
                     tracing[0] = True
