@@ -1,131 +1,24 @@
-"""Evaluation over a full split: loss, bits per character/byte, perplexity, accuracy.
+"""Evaluation of a training workdir's checkpoint over a full split (command line).
 
     python -m seqjax.evaluate --workdir DIR --split test
 
-restores the newest complete checkpoint of a training workdir and prints one JSON line.
-The same ``evaluate`` function runs inside the training loop (validation during training,
-test at the end).
+restores the newest complete checkpoint of a training workdir and prints one JSON line:
+loss, bits per character/byte, perplexity, accuracy. The evaluation itself is
+``seqjax.train.evaluator.Evaluator``, which the training loop also runs.
 
-Transformer-XL runs are evaluated as Dai et al. 2019 do (§4, enwik8: tgt_len 80, mem_len
-2100, clamp_len 820, same_length): the split is read as ``eval_batch_size`` contiguous
-streams (``lm_batching='stream'``) in segments of ``config.eval.tgt_len`` tokens, the
-memory (``config.eval.mem_len``, emptied at the start of every evaluation) carried from
-segment to segment, and every target token counted exactly once. Override the lengths with
-``--tgt_len/--mem_len/--clamp_len/--same_length``.
+Transformer-XL runs are evaluated with ``config.eval``'s lengths (Dai et al. 2019, §4);
+override them with ``--tgt_len/--mem_len/--clamp_len/--same_length``.
 """
 
 from __future__ import annotations
 
-import copy
 import json
-import sys
 
-import jax
 from absl import app, flags
-from tqdm import tqdm
 
 from seqjax import console
 from seqjax import data as data_lib
-from seqjax.train import metrics as metrics_lib
-from seqjax.train import sharding
-from seqjax.train import state as state_lib
-from seqjax.train import step as step_lib
-
-
-class Evaluator:
-    """A jitted eval step bound to a built run (``seqjax.train.setup.Run``).
-
-    For Transformer-XL it builds a second ``TransformerXL`` with the evaluation lengths of
-    ``state.eval_lengths(run.config)`` (``self.lengths``); the trained parameters fit it.
-    """
-
-    def __init__(self, run):
-        self.run = run
-        self.lengths = None
-        self._replicated = jax.sharding.NamedSharding(run.mesh, jax.sharding.PartitionSpec())
-        if run.is_xl:
-            self.lengths = state_lib.eval_lengths(run.config)
-            ln = self.lengths
-            cfg = state_lib.with_xl_lengths(
-                run.model_cfg,
-                mem_len=ln["mem_len"],
-                clamp_len=ln["clamp_len"],
-                same_length=ln["same_length"],
-            )
-            self.model = state_lib.make_model(cfg, run.task, mem_len=ln["mem_len"])
-            self._memory_sh = jax.sharding.NamedSharding(
-                run.mesh, jax.sharding.PartitionSpec(("data", "fsdp"))
-            )
-            fn = step_lib.make_xl_eval_step(self.model)
-            self._step = step_lib.jit_xl_eval_step(
-                fn, run.shardings["params"], self._memory_sh, run.mesh
-            )
-        else:
-            self.model = run.model
-            fn = step_lib.make_eval_step(run.model, run.task)
-            self._step = step_lib.jit_eval_step(fn, run.shardings["params"], run.mesh)
-
-    def _empty_memory(self, batch: int):
-        """The XL memory at the start of a split: zeros, all invalid, sharded like a batch."""
-        return jax.jit(lambda: self.model.init_memory(batch), out_shardings=self._memory_sh)()
-
-    def __call__(self, params, split: str, *, max_batches: int = 0, show: bool = True) -> dict:
-        """Evaluates ``params`` on ``split``.
-
-        Args:
-          params: the model parameters (sharded like the train state's).
-          split: 'train', 'validation' or 'test'.
-          max_batches: stop after this many batches (0 = the whole split, exactly once).
-          show: a tqdm bar on process 0.
-
-        Returns:
-          ``{'loss', 'accuracy', 'count', ['bits_per_char'|'bits_per_byte', 'perplexity']}``.
-        """
-        config = self.run.config
-        data_cfg = copy.deepcopy(config.data)
-        if config.train.eval_batch_size:
-            data_cfg.batch_size = config.train.eval_batch_size
-        memory = None
-        if self.lengths is not None:  # Transformer-XL: one pass of contiguous streams
-            data_cfg.seq_len = self.lengths["tgt_len"]
-            data_cfg.lm_batching = "stream"
-            memory = self._empty_memory(int(data_cfg.batch_size))  # reset for every split
-        it = data_lib.make(
-            data_cfg,
-            split=split,
-            process_index=jax.process_index(),
-            process_count=jax.process_count(),
-            train=False,
-        )
-        total = it.num_steps if not max_batches else min(max_batches, it.num_steps)
-        # Zeros made by one jitted program on every process, like each step after it.
-        sums = jax.jit(step_lib.zero_sums, out_shardings=self._replicated)()
-        bar = tqdm(
-            total=total,
-            desc=f"eval {split}",
-            leave=False,
-            # No bar in logs (not a terminal): the result line says it all.
-            disable=not show or jax.process_index() != 0 or not sys.stderr.isatty(),
-            dynamic_ncols=True,
-        )
-        with sharding.rules_and_mesh(self.run.mesh):
-            for i, local in enumerate(it):
-                if i >= total:
-                    break
-                batch = sharding.global_batch(local, self.run.mesh)
-                if memory is None:
-                    sums = self._step(params, sums, batch)
-                else:
-                    sums, memory = self._step(params, sums, memory, batch)
-                bar.update(1)
-        bar.close()
-        sums = jax.device_get(sums)
-        return metrics_lib.eval_summary(sums, self.run.task, config.data.get("vocab"))
-
-
-def evaluate(run, params, split: str, *, max_batches: int = 0) -> dict:
-    """One-off ``Evaluator(run)(params, split)``."""
-    return Evaluator(run)(params, split, max_batches=max_batches)
+from seqjax.train.evaluator import Evaluator  # noqa: F401 (the library's entry point)
 
 
 def main(argv):
@@ -153,8 +46,9 @@ def _main(argv):
         f.workdir,
         f.step,
     )
-    result = evaluate(run, state["params"], f.split, max_batches=f.max_batches)
-    extra = {"eval_lengths": state_lib.eval_lengths(run.config)} if run.is_xl else {}
+    result = Evaluator(run)(state["params"], f.split, max_batches=f.max_batches)
+    rec = run.recurrence
+    extra = {"eval_lengths": rec.eval_lengths(run.config)} if rec else {}
     print(json.dumps({"step": step, "split": f.split, **result, **extra}))
 
 

@@ -1,242 +1,18 @@
-"""Text generation from a trained language model.
+"""Text generation from a training workdir's checkpoint (command line).
 
     python -m seqjax.sample --workdir DIR --prompt "def " --length 200 --temperature 0.8
 
 restores the newest complete checkpoint of a training workdir and prints the prompt
-followed by ``length`` generated characters (tokens). Causal dense attention ("dense" /
-"causal" on every layer, standard or reversible layers) decodes with the model's KV cache,
-one token per step inside a ``lax.scan``; other mechanisms recompute the window for each
-new token, conditioned on exactly the prefix: the positions after it are masked out as
-keys (``prefix_logits``), never filled with invented tokens. This matters for causal LSH,
-whose outputs depend on later *queries* (``seqjax.attention.lsh``): with the mask, the
-logits at step t are those of the t-token prefix alone, whatever follows t.
-
-Transformer-XL checkpoints decode with the memory as the cache (Dai et al. 2019, §3.2):
-the prompt goes through in segments of the training ``seq_len``, then one token per step,
-each step attending to the last ``mem_len`` hidden states of every layer (the evaluation
-lengths, ``config.eval``), so the sample length is not bounded by ``max_len``.
-
-Legend: L model max_len, P prompt length, N generated tokens, V vocabulary, T segment
-length, M memory length.
+followed by ``length`` generated characters (tokens). The decoding itself (KV cache, prefix
+recomputation, Transformer-XL memory as the cache) is ``seqjax.train.sampling``.
 """
 
 from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
-import numpy as np
 from absl import app, flags
 
 from seqjax import console
-from seqjax.models import TransformerLM
-from seqjax.models.layers import KV_CACHE_MECHANISMS
-from seqjax.models.transformer_xl import TransformerXL
-from seqjax.train import state as state_lib
-
-CACHED_MECHANISMS = KV_CACHE_MECHANISMS
-
-
-def _pick(logits_V, rng, temperature: float):
-    if temperature <= 0.0:
-        return jnp.argmax(logits_V, -1).astype(jnp.int32)
-    return jax.random.categorical(rng, logits_V / temperature).astype(jnp.int32)
-
-
-def generate(
-    model_cfg, params, prompt_P: np.ndarray, length: int, *, temperature: float = 1.0, seed=0
-) -> np.ndarray:
-    """Samples ``length`` tokens after ``prompt_P``.
-
-    Args:
-      model_cfg: the LM's ``TransformerConfig``.
-      params: its parameters.
-      prompt_P: int token ids, at least one.
-      length: number of tokens to generate; ``P + N <= L``.
-      temperature: softmax temperature (0 = greedy).
-      seed: sampling seed.
-
-    Returns:
-      int32 ``[N]`` generated ids.
-    """
-    prompt_P = np.asarray(prompt_P, np.int32).reshape(-1)
-    p, n, max_len = len(prompt_P), int(length), model_cfg.max_len
-    if p < 1:
-        raise ValueError("prompt must encode to at least one token")
-    if p + n > max_len:
-        raise ValueError(
-            f"prompt ({p} tokens) + length ({n}) = {p + n} exceeds the model's max_len={max_len}; "
-            f"use --length <= {max_len - p}"
-        )
-    if n == 0:
-        return np.zeros((0,), np.int32)
-    rng = jax.random.PRNGKey(seed)
-    buf_L = jnp.zeros((max_len,), jnp.int32).at[:p].set(prompt_P)
-    cached = uses_kv_cache(model_cfg)
-    fn = _generate_cached if cached else _generate_windowed
-    out = fn(model_cfg, params, buf_L, p, n, float(temperature), rng)
-    return np.asarray(out)
-
-
-def uses_kv_cache(model_cfg) -> bool:
-    """True when ``generate`` decodes with the KV cache: causal dense attention on every
-    layer (standard or reversible); otherwise it recomputes the prefix per token."""
-    return model_cfg.causal and all(name in CACHED_MECHANISMS for name, _ in model_cfg.attention)
-
-
-def prefix_logits(model, params, buf_L, i):
-    """Logits ``[V]`` of the token at position ``i`` given exactly ``buf_L[:i]``.
-
-    ``buf_L`` is the ``[L]`` token buffer; positions ``>= i`` are masked out as keys
-    (``TransformerLM``'s ``mask_BT``), so their contents never matter and the result
-    equals the last logits of the ``i``-token prefix run alone, for every mechanism.
-    ``i`` may be traced (one compiled program for every step).
-    """
-    keep_1L = (jnp.arange(buf_L.shape[0]) < i)[None]
-    logits_LV = model.apply({"params": params}, buf_L[None], mask_BT=keep_1L)[0]
-    return jax.lax.dynamic_index_in_dim(logits_LV, i - 1, axis=0, keepdims=False)
-
-
-def _generate_cached(model_cfg, params, buf_L, p, n, temperature, rng):
-    """KV-cache decoding: feeds the prompt then the samples one token per step."""
-    model = TransformerLM(model_cfg, decode=True)
-    shapes = jax.eval_shape(model.init, rng, jnp.zeros((1, model_cfg.max_len), jnp.int32))
-    cache0 = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes["cache"])
-
-    @jax.jit
-    def run(params, buf_L, rng):
-        def body(carry, i):
-            cache, tok, rng = carry
-            logits, mut = model.apply(
-                {"params": params, "cache": cache}, tok[None, None], mutable=["cache"]
-            )
-            rng, sub = jax.random.split(rng)
-            nxt = _pick(logits[0, -1], sub, temperature)
-            nxt = jnp.where(i + 1 < p, buf_L[jnp.minimum(i + 1, buf_L.shape[0] - 1)], nxt)
-            return (mut["cache"], nxt, rng), nxt
-
-        _, toks = jax.lax.scan(body, (cache0, buf_L[0], rng), jnp.arange(p + n - 1))
-        return toks[p - 1 :]
-
-    return run(params, buf_L, rng)
-
-
-def _generate_windowed(model_cfg, params, buf_L, p, n, temperature, rng):
-    """No cache: recompute the prefix for each new token (any mechanism), conditioned on
-    exactly the prefix (``prefix_logits``)."""
-    model = TransformerLM(model_cfg)
-
-    @jax.jit
-    def run(params, buf_L, rng):
-        def body(i, carry):
-            buf, rng = carry
-            logits_V = prefix_logits(model, params, buf, i)
-            rng, sub = jax.random.split(rng)
-            return buf.at[i].set(_pick(logits_V, sub, temperature)), rng
-
-        buf, _ = jax.lax.fori_loop(p, p + n, body, (buf_L, rng))
-        return jax.lax.dynamic_slice_in_dim(buf, p, n)
-
-    return run(params, buf_L, rng)
-
-
-def generate_xl(
-    model_cfg,
-    params,
-    prompt_P: np.ndarray,
-    length: int,
-    *,
-    mem_len: int,
-    segment_len: int,
-    temperature: float = 1.0,
-    seed=0,
-) -> np.ndarray:
-    """Transformer-XL sampling with the memory as the cache.
-
-    The first ``(P - 1) // T`` full segments of the prompt run as segments (one compiled
-    program), the rest of the prompt and the ``N`` samples one token per step in a
-    ``lax.scan``; every step sees the last ``M`` positions through the memory. With
-    ``M >= P + N`` (and ``same_length`` off) the logits equal a full recomputation.
-
-    Args:
-      model_cfg: the ``TransformerConfig`` with "relative" attention options to use.
-      params: the TransformerXL parameters.
-      prompt_P: int token ids, at least one.
-      length: N, tokens to generate.
-      mem_len: M, positions of memory (the context beyond the current token).
-      segment_len: T for the prompt's segments.
-      temperature: softmax temperature (0 = greedy).
-      seed: sampling seed.
-
-    Returns:
-      int32 ``[N]`` generated ids.
-    """
-    prompt_P = np.asarray(prompt_P, np.int32).reshape(-1)
-    p, n, t = len(prompt_P), int(length), int(segment_len)
-    if p < 1:
-        raise ValueError("prompt must encode to at least one token")
-    if t < 1 or mem_len < 0:
-        raise ValueError(f"segment_len={t} must be >= 1 and mem_len={mem_len} >= 0")
-    if n == 0:
-        return np.zeros((0,), np.int32)
-    model = TransformerXL(model_cfg, mem_len=int(mem_len))
-    memory = model.init_memory(1)
-    n_seg = (p - 1) // t
-
-    @jax.jit
-    def segment(params, tokens_1T, memory):
-        return model.apply({"params": params}, tokens_1T, memory)[1]
-
-    for i in range(n_seg):
-        memory = segment(params, jnp.asarray(prompt_P[None, i * t : (i + 1) * t]), memory)
-    rest_R = jnp.asarray(prompt_P[n_seg * t :])
-    r = len(rest_R)
-
-    @jax.jit
-    def run(params, memory, rest_R, rng):
-        def body(carry, i):
-            memory, tok, rng = carry
-            logits, memory = model.apply({"params": params}, tok[None, None], memory)
-            rng, sub = jax.random.split(rng)
-            nxt = _pick(logits[0, -1], sub, temperature)
-            nxt = jnp.where(i + 1 < r, rest_R[jnp.minimum(i + 1, r - 1)], nxt)
-            return (memory, nxt, rng), nxt
-
-        _, toks = jax.lax.scan(body, (memory, rest_R[0], rng), jnp.arange(r + n - 1))
-        return toks[r - 1 :]
-
-    return np.asarray(run(params, memory, rest_R, jax.random.PRNGKey(seed)))
-
-
-def sample_text(run, params, prompt: str, length: int, *, temperature=1.0, seed=0) -> str:
-    """Prompt string -> generated continuation (decoded), for a built LM run.
-
-    Transformer-XL runs use ``generate_xl`` with the evaluation lengths of ``config.eval``
-    (``seqjax.train.state.eval_lengths``) and the training ``seq_len`` as prompt segments.
-    """
-    if run.task != "lm":
-        raise ValueError(f"sampling needs a language model; this run's task is {run.task!r}")
-    ids = run.info.encode(prompt or "\n")
-    if getattr(run, "is_xl", False):
-        ln = state_lib.eval_lengths(run.config)
-        cfg = state_lib.with_xl_lengths(
-            run.model_cfg,
-            mem_len=ln["mem_len"],
-            clamp_len=ln["clamp_len"],
-            same_length=ln["same_length"],
-        )
-        out = generate_xl(
-            cfg,
-            params,
-            ids,
-            length,
-            mem_len=ln["mem_len"],
-            segment_len=int(run.config.data.seq_len),
-            temperature=temperature,
-            seed=seed,
-        )
-    else:
-        out = generate(run.model_cfg, params, ids, length, temperature=temperature, seed=seed)
-    return run.info.decode(out)
+from seqjax.train.sampling import sample_text
 
 
 def main(argv):
@@ -261,7 +37,9 @@ def _main(argv):
         )
     prompt = cli_inputs.usable_prompt(f.prompt, run.info.encode, run.info.decode) or "\n"
     n_prompt = len(run.info.encode(prompt))
-    cli_inputs.check_window(n_prompt, f.length, int(run.model_cfg.max_len), run.is_xl)
+    cli_inputs.check_window(
+        n_prompt, f.length, int(run.model_cfg.max_len), run.recurrence is not None
+    )
     text = sample_text(
         run, state["params"], prompt, f.length, temperature=f.temperature, seed=f.seed
     )

@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import math
+import numbers
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,7 +25,8 @@ from seqjax.data.sources import DataError
 from seqjax.data.vocab import Vocab
 
 SPLITS = ("train", "validation", "test")
-_DEFAULT_MAX_LEN = {"imdb_bytes": 4096, "listops": 2048}
+# Input length of the classification sets when config.data.max_len is None (LRA's lengths).
+DEFAULT_MAX_LEN = {"imdb_bytes": 4096, "listops": 2048}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,31 +58,53 @@ class DataInfo:
     decode: Callable[[np.ndarray], str] = dataclasses.field(repr=False)
 
 
-def _check(cfg) -> None:
-    """Raises one clear ValueError (`DataError`) for a bad `config.data` field."""
+def _is_int(x) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def config_problems(cfg) -> list[tuple[str, object, str]]:
+    """Every invalid `config.data` field as `(field, value, valid)`.
+
+    The one list of data checks: `seqjax.train.config_validation` reports them with the rest
+    of the config before anything is built, and `info`/`make` raise the first one when they
+    are called on their own.
+    """
+    problems = []
 
     def bad(field, value, valid):
+        problems.append((field, value, valid))
+
+    if cfg.get("name") not in DATASETS:
+        bad("name", cfg.get("name"), ", ".join(DATASETS))
+    if cfg.get("vocab") not in ("bytes", "chars"):
+        bad("vocab", cfg.get("vocab"), "'bytes' or 'chars'")
+    if cfg.get("lm_batching") not in ("random", "stream"):
+        bad("lm_batching", cfg.get("lm_batching"), "'random' or 'stream'")
+    for field in ("batch_size", "seq_len"):
+        if not _is_int(cfg.get(field)) or cfg.get(field) < 1:
+            bad(field, cfg.get(field), "a positive integer")
+    if cfg.get("max_len") is not None and (not _is_int(cfg.max_len) or cfg.max_len < 0):
+        bad("max_len", cfg.max_len, "None/0 (the data set's default) or a positive integer")
+    if not _is_int(cfg.get("seed")) or not 0 <= cfg.seed < 2**32:
+        bad("seed", cfg.get("seed"), "an integer 0 <= seed < 2**32")
+    if cfg.get("name") == "duplication":
+        seq_len = cfg.get("seq_len")
+        if _is_int(seq_len) and (seq_len % 2 or seq_len < 4):
+            bad("seq_len", seq_len, "an even length >= 4 for duplication (0 w 0 w)")
+        if not _is_int(cfg.get("dup_vocab_size")) or cfg.dup_vocab_size < 2:
+            bad("dup_vocab_size", cfg.get("dup_vocab_size"), "an integer >= 2")
+    return problems
+
+
+def _check(cfg) -> None:
+    """Raises one clear ValueError (`DataError`) for the first bad `config.data` field."""
+    for field, value, valid in config_problems(cfg)[:1]:
         raise DataError(f"config.data.{field}={value!r} is invalid; valid: {valid}.")
 
-    if cfg.name not in DATASETS:
-        bad("name", cfg.name, ", ".join(DATASETS))
-    if cfg.vocab not in ("bytes", "chars"):
-        bad("vocab", cfg.vocab, "'bytes' or 'chars'")
-    if cfg.lm_batching not in ("random", "stream"):
-        bad("lm_batching", cfg.lm_batching, "'random' or 'stream'")
-    if cfg.batch_size < 1 or cfg.seq_len < 1:
-        bad("batch_size/seq_len", (cfg.batch_size, cfg.seq_len), "positive integers")
-    if cfg.name == "duplication":
-        if cfg.seq_len % 2 or cfg.seq_len < 4:
-            bad("seq_len", cfg.seq_len, "an even length >= 4 for duplication (0 w 0 w)")
-        if cfg.dup_vocab_size < 2:
-            bad("dup_vocab_size", cfg.dup_vocab_size, ">= 2")
-    if not 0 <= cfg.seed < 2**32:
-        bad("seed", cfg.seed, "0 <= seed < 2**32")
 
-
-def _max_len(cfg) -> int:
-    return int(cfg.max_len) if cfg.max_len else _DEFAULT_MAX_LEN[cfg.name]
+def max_len(cfg) -> int:
+    """A classification set's input length: `config.data.max_len`, else its default."""
+    return int(cfg.max_len) if cfg.max_len else DEFAULT_MAX_LEN[cfg.name]
 
 
 class _Tokens:
@@ -140,7 +164,7 @@ def info(cfg) -> DataInfo:
         return DataInfo(
             task="classification",
             vocab_size=vocab_size,
-            seq_len=_max_len(cfg),
+            seq_len=max_len(cfg),
             num_classes=classes,
             pad_id=0,
             split_sizes=sizes,
@@ -269,13 +293,13 @@ def make(cfg, *, split: str, process_index: int = 0, process_count: int = 1, tra
         key = store.dataset_key(cfg)
         tfds_split = _tfds_split(cfg, split)
         n = store.builder(key).info.splits[tfds_split].num_examples
-        max_len = _max_len(cfg)
+        length = max_len(cfg)
         offset = 1 if name == "imdb_bytes" else 0
         maker = pipeline.Classification(
-            _Source(key, tfds_split), n, max_len, offset, int(cfg.seed) if train else None, *layout
+            _Source(key, tfds_split), n, length, offset, int(cfg.seed) if train else None, *layout
         )
         num_steps = None if train else math.ceil(n / B)
-        spec.update(max_len=max_len, fingerprint=store.metadata(key)["fingerprint"])
+        spec.update(max_len=length, fingerprint=store.metadata(key)["fingerprint"])
     else:
         key = store.dataset_key(cfg)
         tokens = _Tokens(key, split, cfg.vocab)

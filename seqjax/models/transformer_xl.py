@@ -138,3 +138,120 @@ def update_memory(mems, valid_BM, hiddens, mem_len: int):
         new_mems = tuple(m[:, :0] for m in new_mems)
         new_valid = new_valid[:, :0]
     return new_mems, new_valid
+
+
+# --------------------------------------------------------------------------------------
+# Transformer-XL as a recurrent model of the training system (``seqjax.models.memory``):
+# how the config builds it, the lengths it evaluates and samples with, what it requires.
+# (Kept apart from the model above; imported here so that this section stands alone.)
+# --------------------------------------------------------------------------------------
+
+import dataclasses  # noqa: E402
+
+from seqjax.models import memory as memory_lib  # noqa: E402
+
+
+def with_lengths(cfg: TransformerConfig, *, mem_len: int, clamp_len: int, same_length: bool):
+    """``cfg`` whose "relative" layers use other lengths (evaluation, sampling).
+
+    The parameters do not depend on them (``W_R`` maps the sinusoids of any distance), so a
+    model built from the result applies the trained parameters unchanged.
+    """
+    new = {"mem_len": int(mem_len), "clamp_len": int(clamp_len), "same_length": bool(same_length)}
+    attention = tuple(
+        (name, tuple(sorted({**dict(opts), **new}.items())) if name == "relative" else opts)
+        for name, opts in cfg.attention
+    )
+    return dataclasses.replace(cfg, attention=attention)
+
+
+def _mem_len(config) -> int:
+    return int(config.model.mem_len)
+
+
+def _attention_options(config, options: dict) -> dict:
+    """The relative mechanism's ``mem_len`` (its ``same_length`` window) is the model's."""
+    return {**options, "relative": {**options.get("relative", {}), "mem_len": _mem_len(config)}}
+
+
+def eval_lengths(config) -> dict:
+    """Evaluation lengths: ``config.eval`` with None -> the training value.
+
+    Returns:
+      ``{'tgt_len', 'mem_len', 'clamp_len', 'same_length'}`` (Dai et al. 2019 evaluate enwik8
+      with 80 / 2100 / 820 / True after training with 512 / 512 / -1 / False).
+    """
+    ev = config.get("eval") or {}
+    rel = dict((config.model.get("attention_options") or {}).get("relative") or {})
+
+    def pick(field, default):
+        value = ev.get(field) if hasattr(ev, "get") else None
+        return default if value is None else value
+
+    return {
+        "tgt_len": int(pick("tgt_len", config.data.seq_len)),
+        "mem_len": int(pick("mem_len", _mem_len(config))),
+        "clamp_len": int(pick("clamp_len", rel.get("clamp_len", -1))),
+        "same_length": bool(pick("same_length", rel.get("same_length", False))),
+    }
+
+
+def _eval_model(cfg: TransformerConfig, lengths: dict) -> TransformerXL:
+    keys = ("mem_len", "clamp_len", "same_length")
+    return TransformerXL(with_lengths(cfg, **{k: lengths[k] for k in keys}), lengths["mem_len"])
+
+
+def _validate(config, bad) -> None:
+    """What segment recurrence needs: contiguous streams of a language-modelling corpus,
+    relative attention without absolute positions, one update per batch (the memory moves
+    on with every batch), and valid evaluation lengths (``config.eval``)."""
+    from seqjax.data.config import LM_DATASETS
+
+    m, d, o = config.model, config.data, config.optimizer
+    mem_len = m.get("mem_len", 0)
+    if d.name not in LM_DATASETS or d.name == "duplication":
+        valid = ", ".join(n for n in LM_DATASETS if n != "duplication")
+        bad("data.name", d.name, f"a language-modelling corpus for Transformer-XL: {valid}")
+    if d.get("lm_batching") != "stream":
+        bad("data.lm_batching", d.get("lm_batching"),
+            '"stream" for model.kind="transformer_xl" (each row continues its text)')  # fmt: skip
+    if [n.strip() for n in str(m.attention).split(",") if n.strip()] != ["relative"]:
+        bad("model.attention", m.attention, '"relative" for model.kind="transformer_xl"')
+    if m.positional != "none":
+        bad("model.positional", m.positional,
+            '"none" for model.kind="transformer_xl" (relative positions only)')  # fmt: skip
+    if o.grad_accum_steps != 1:
+        bad("optimizer.grad_accum_steps", o.grad_accum_steps,
+            '1 for model.kind="transformer_xl" (the memory moves on with every batch)')  # fmt: skip
+    if m.reversible or m.remat:
+        bad("model.reversible/remat", (m.reversible, m.remat),
+            'False for model.kind="transformer_xl" (not supported by TransformerXL)')  # fmt: skip
+    rel = (m.get("attention_options") or {}).get("relative") or {}
+    if "mem_len" in rel and rel["mem_len"] != mem_len:
+        bad("model.attention_options.relative.mem_len", rel["mem_len"],
+            f"unset or equal to model.mem_len={mem_len} (it is set from it)")  # fmt: skip
+    if rel.get("same_length") and not mem_len:
+        bad("model.attention_options.relative.same_length", True, "False when model.mem_len=0")
+    ev = config.get("eval") or {}
+    for field, low in (("tgt_len", 1), ("mem_len", 0)):
+        value = ev.get(field)
+        if value is not None and (not isinstance(value, int) or value < low):
+            bad(f"eval.{field}", value, f"None (as in training) or an integer >= {low}")
+    clamp = ev.get("clamp_len")
+    if clamp is not None and not isinstance(clamp, int):
+        bad("eval.clamp_len", clamp, "None, -1 (no clamping) or a positive integer")
+    same = ev.get("same_length")
+    same = rel.get("same_length", False) if same is None else same
+    eval_mem = mem_len if ev.get("mem_len") is None else ev.get("mem_len")
+    if same and not eval_mem:
+        bad("eval.same_length", same, "False when the evaluation memory length is 0")
+
+
+RECURRENCE = memory_lib.Recurrence(
+    kind="transformer_xl",
+    train_model=lambda cfg, config: TransformerXL(cfg, mem_len=_mem_len(config)),
+    eval_lengths=eval_lengths,
+    eval_model=_eval_model,
+    attention_options=_attention_options,
+    validate=_validate,
+)

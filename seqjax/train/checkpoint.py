@@ -3,7 +3,7 @@
 Layout: ``<workdir>/checkpoints/<step>/{state,data,config}``. Orbax writes a step into a
 temporary directory and renames it only once every item is complete, and
 ``CheckpointManager.latest_step()`` lists only such finalized steps, so a process killed
-mid-save leaves no checkpoint that a restart could pick (``tests/train/test_kill.py``
+mid-save leaves no checkpoint that a restart could pick (``tests/train/test_train_resume.py``
 checks this with ``kill -9``).
 """
 
@@ -134,12 +134,6 @@ class Checkpointer:
             dest = dest_dir / f"{step}.{stamp}.{n}"
         src.rename(dest)
         return dest
-
-    def restore_config(self, step: int) -> dict:
-        """The config saved with ``step`` (a plain dict)."""
-        return self.manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))[
-            "config"
-        ]
 
     def wait(self) -> None:
         """Blocks until any asynchronous save is finalized."""

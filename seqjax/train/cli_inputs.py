@@ -63,9 +63,10 @@ def check_sampling_flags(length: int, temperature: float) -> None:
         )
 
 
-def check_window(prompt_tokens: int, length: int, max_len: int, is_xl: bool) -> None:
-    """Without Transformer-XL memory, prompt + sample must fit in the model's window."""
-    if not is_xl and prompt_tokens + length > max_len:
+def check_window(prompt_tokens: int, length: int, max_len: int, recurrent: bool) -> None:
+    """Without a memory (``seqjax.models.memory``), prompt + sample must fit in the model's
+    window."""
+    if not recurrent and prompt_tokens + length > max_len:
         raise InputError(
             f"--length={length} with a {prompt_tokens}-token prompt exceeds the model's window "
             f"model.max_len={max_len}; valid: --length <= {max(max_len - prompt_tokens, 0)}"

@@ -15,12 +15,11 @@ import jax
 import jax.numpy as jnp
 
 from seqjax import attention as attention_lib
+from seqjax.data import api as data_api
 from seqjax.data.config import CLASSIFICATION_DATASETS, DATASETS, LM_DATASETS
+from seqjax.models import memory
 from seqjax.models.transformer import DTYPES, POOLINGS, POSITIONALS
 from seqjax.train import flops, optim, sharding
-
-# Input length of the classification sets when config.data.max_len is None (seqjax.data.api).
-CLASSIFICATION_DEFAULT_LEN = {"imdb_bytes": 4096, "listops": 2048}
 
 
 class ConfigError(ValueError):
@@ -35,8 +34,7 @@ def input_length(config) -> int:
     """Tokens per example the model sees (LM: seq_len; classifier: max_len [+1 for CLS])."""
     d = config.data
     if d.name in CLASSIFICATION_DATASETS:
-        n = int(d.max_len) if d.max_len else CLASSIFICATION_DEFAULT_LEN[d.name]
-        return n + (1 if config.model.pooling == "cls" else 0)
+        return data_api.max_len(d) + (1 if config.model.pooling == "cls" else 0)
     return int(d.seq_len)
 
 
@@ -92,10 +90,10 @@ def validate(config, *, num_devices: int | None = None, process_count: int | Non
         if not 0.0 <= m[field] < 1.0:
             bad(f"model.{field}", m[field], "0 <= rate < 1")
 
-    # ---- data vs model
-    if d.name not in DATASETS:
-        bad("data.name", d.name, ", ".join(DATASETS))
-    else:
+    # ---- data (seqjax.data's own checks) vs model
+    for field, value, valid in data_api.config_problems(d):
+        bad(f"data.{field}", value, valid)
+    if d.name in DATASETS:
         length = input_length(config)
         if length > m.max_len:
             field = "data.max_len" if d.name in CLASSIFICATION_DATASETS else "data.seq_len"
@@ -181,78 +179,41 @@ def validate(config, *, num_devices: int | None = None, process_count: int | Non
         flops.parse_profile_steps(t.get("profile_steps", ""))
     except ValueError as e:
         errors.append(str(e))
-    xl = m.get("kind", "transformer") == "transformer_xl"
+    recurrent = memory.kinds().get(memory.kind(config)) is not None
     if (
-        not xl
+        not recurrent
         and t.sample_length
         and d.name not in CLASSIFICATION_DATASETS
         and t.sample_length > m.max_len
     ):
         bad("train.sample_length", t.sample_length, f"<= model.max_len={m.max_len}")
 
-    # ---- Transformer-XL
-    _validate_xl(config, bad)
+    # ---- model kind (Transformer-XL)
+    _validate_kind(config, bad)
     _validate_values(config, bad, errors)
 
     if errors:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(errors))
 
 
-KINDS = ("transformer", "transformer_xl")
-
-
-def _validate_xl(config, bad) -> None:
-    """``model.kind``/``mem_len`` and, for Transformer-XL, what segment recurrence needs:
-    contiguous streams, relative attention without absolute positions, one update per batch
-    (the memory moves on with every batch), and valid evaluation lengths (``config.eval``)."""
-    m, d, o = config.model, config.data, config.optimizer
-    kind = m.get("kind", "transformer")
-    mem_len = m.get("mem_len", 0)
-    if kind not in KINDS:
-        bad("model.kind", kind, ", ".join(KINDS))
+def _validate_kind(config, bad) -> None:
+    """``model.kind``/``mem_len`` and what a recurrent kind requires (its own ``validate``,
+    declared beside the model: ``seqjax.models.memory``)."""
+    kinds = memory.kinds()
+    kind = memory.kind(config)
+    mem_len = config.model.get("mem_len", 0)
+    if kind not in kinds:
+        bad("model.kind", kind, ", ".join(kinds))
         return
     if not isinstance(mem_len, int) or mem_len < 0:
         bad("model.mem_len", mem_len, "an integer >= 0")
-    if kind != "transformer_xl":
+    rec = kinds[kind]
+    if rec is None:
         if mem_len:
-            bad("model.mem_len", mem_len, '0 unless model.kind="transformer_xl"')
+            recurrent = " or ".join(f'"{k}"' for k, r in kinds.items() if r)
+            bad("model.mem_len", mem_len, f"0 unless model.kind={recurrent}")
         return
-    if d.name not in LM_DATASETS or d.name == "duplication":
-        valid = ", ".join(n for n in LM_DATASETS if n != "duplication")
-        bad("data.name", d.name, f"a language-modelling corpus for Transformer-XL: {valid}")
-    if d.get("lm_batching") != "stream":
-        bad("data.lm_batching", d.get("lm_batching"),
-            '"stream" for model.kind="transformer_xl" (each row continues its text)')  # fmt: skip
-    if _mechanism_names(m.attention) != ["relative"]:
-        bad("model.attention", m.attention, '"relative" for model.kind="transformer_xl"')
-    if m.positional != "none":
-        bad("model.positional", m.positional,
-            '"none" for model.kind="transformer_xl" (relative positions only)')  # fmt: skip
-    if o.grad_accum_steps != 1:
-        bad("optimizer.grad_accum_steps", o.grad_accum_steps,
-            '1 for model.kind="transformer_xl" (the memory moves on with every batch)')  # fmt: skip
-    if m.reversible or m.remat:
-        bad("model.reversible/remat", (m.reversible, m.remat),
-            'False for model.kind="transformer_xl" (not supported by TransformerXL)')  # fmt: skip
-    rel = (m.get("attention_options") or {}).get("relative") or {}
-    if "mem_len" in rel and rel["mem_len"] != mem_len:
-        bad("model.attention_options.relative.mem_len", rel["mem_len"],
-            f"unset or equal to model.mem_len={mem_len} (it is set from it)")  # fmt: skip
-    if rel.get("same_length") and not mem_len:
-        bad("model.attention_options.relative.same_length", True, "False when model.mem_len=0")
-    ev = config.get("eval") or {}
-    for field, low in (("tgt_len", 1), ("mem_len", 0)):
-        value = ev.get(field)
-        if value is not None and (not isinstance(value, int) or value < low):
-            bad(f"eval.{field}", value, f"None (as in training) or an integer >= {low}")
-    clamp = ev.get("clamp_len")
-    if clamp is not None and not isinstance(clamp, int):
-        bad("eval.clamp_len", clamp, "None, -1 (no clamping) or a positive integer")
-    same = ev.get("same_length")
-    same = rel.get("same_length", False) if same is None else same
-    eval_mem = mem_len if ev.get("mem_len") is None else ev.get("mem_len")
-    if same and not eval_mem:
-        bad("eval.same_length", same, "False when the evaluation memory length is 0")
+    rec.validate(config, bad)
 
 
 def _is_int(x) -> bool:
@@ -263,19 +224,8 @@ def _validate_values(config, bad, errors: list) -> None:
     """Sizes, seeds and numbers that must be positive or finite, and every attention
     option's *value* (traced abstractly, so nothing compiles)."""
     d, m, o = config.data, config.model, config.optimizer
-    for field in ("batch_size", "seq_len"):
-        if not _is_int(d.get(field)) or d.get(field) < 1:
-            bad(f"data.{field}", d.get(field), "a positive integer")
-    if d.get("max_len") is not None and (not _is_int(d.max_len) or d.max_len < 0):
-        bad("data.max_len", d.max_len, "None/0 (the data set's default) or a positive integer")
-    if not _is_int(d.get("seed")) or not 0 <= d.seed < 2**32:
-        bad("data.seed", d.get("seed"), "an integer 0 <= seed < 2**32")
     if not _is_int(config.get("seed")) or not 0 <= config.seed < 2**32:
         bad("seed", config.get("seed"), "an integer 0 <= seed < 2**32")
-    if d.get("vocab") not in ("bytes", "chars"):
-        bad("data.vocab", d.get("vocab"), "'bytes' or 'chars'")
-    if d.get("lm_batching") not in ("random", "stream"):
-        bad("data.lm_batching", d.get("lm_batching"), "'random' or 'stream'")
     lr = o.get("learning_rate")
     if isinstance(lr, numbers.Real) and lr > 0 and not math.isfinite(lr):
         bad("optimizer.learning_rate", lr, "a finite number > 0")

@@ -3,8 +3,12 @@
 It always resumes from the newest complete checkpoint in ``workdir`` (state, data-iterator
 position and RNG), so rerunning the same command after a crash, a ``kill -9`` or a
 preemption continues the same run: the losses after a resume equal an uninterrupted run's.
-For Transformer-XL the state includes the memories, so a resumed run continues each
-stream with the memory it had (Dai et al. 2019, §3.2).
+A recurrent model's state includes its memory (``seqjax.models.memory``), so a resumed
+Transformer-XL run continues each stream with the memory it had (Dai et al. 2019, §3.2).
+
+The loop runs under ``jax.transfer_guard("disallow")`` (as big_vision's does): the only
+host <-> device transfers are the explicit ones (the batches, the metrics fetched every
+``train.log_every`` steps, checkpoints, evaluation results).
 """
 
 from __future__ import annotations
@@ -19,12 +23,12 @@ import time
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from jax._src import distributed
 from jax.experimental import multihost_utils
 
 from seqjax import data as data_lib
-from seqjax import evaluate as evaluate_lib
-from seqjax import sample as sample_lib
-from seqjax.train import checkpoint, flops, paths, setup, sharding
+from seqjax.train import checkpoint, flops, paths, sampling, setup, sharding
+from seqjax.train import evaluator as evaluator_lib
 from seqjax.train import metrics as metrics_lib
 from seqjax.train import step as step_lib
 
@@ -34,22 +38,92 @@ class NonFiniteLossError(RuntimeError):
 
 
 class _StopFlag:
-    """Set by SIGTERM (preemption, ``kill``): the loop saves a checkpoint and returns."""
+    """SIGTERM (preemption, ``kill``): every process stops at the same step, saves and returns.
+
+    With ``jax.distributed`` and its preemption service (the default), JAX's own notifier
+    owns SIGTERM: it tells every process, and ``reached_preemption_sync_point`` turns True
+    at the same step on all of them; this class then installs no handler (replacing JAX's
+    would hide the signal from the other processes). Otherwise (one process, or the service
+    off) a Python handler sets a flag, and with several processes the flags are agreed on
+    at every step boundary by a small all-gather, so a process that saw the signal a step
+    early does not enter the collective save while the others run the next step.
+    """
 
     def __init__(self):
-        self.requested = False
+        self.local = False
         self._previous = None
-        if threading.current_thread() is threading.main_thread():
+        multi = jax.process_count() > 1
+        self._jax_notifier = multi and distributed.global_state.preemption_sync_manager is not None
+        self._agree = multi and not self._jax_notifier
+        if not self._jax_notifier and threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGTERM, self._handle)
 
     def _handle(self, signum, frame):
         del frame
         logging.warning("signal %d received: saving a checkpoint, then exiting", signum)
-        self.requested = True
+        self.local = True
+
+    def requested(self, step: int) -> bool:
+        """Whether every process stops before ``step + 1`` (the same answer on all)."""
+        if self._jax_notifier:
+            return multihost_utils.reached_preemption_sync_point(step)
+        if self._agree:
+            flags = multihost_utils.process_allgather(np.asarray(self.local, np.int32))
+            return bool(np.any(flags))
+        return self.local
 
     def restore(self):
         if self._previous is not None:
             signal.signal(signal.SIGTERM, self._previous)
+
+
+class _Metrics:
+    """The one-step-late metrics fetch: a step's metrics stay on the devices while the next
+    step runs, and are fetched to the host only at a log step (``train.log_every``), before a
+    save or an evaluation, and at the end (as big_vision logs).
+
+    Every fetched step is checked for a non-finite value; a save fetches first, so nothing
+    is saved after a non-finite step.
+    """
+
+    def __init__(self, writer, progress, ckpt, *, log_every, num_steps, extra):
+        self.pending: list = []  # [(step, device metrics)] not yet fetched
+        self.writer, self.progress, self.ckpt = writer, progress, ckpt
+        self.log_every, self.num_steps, self.extra = log_every, num_steps, extra
+
+    def _is_log_step(self, s: int) -> bool:
+        return s % self.log_every == 0 or s == self.num_steps
+
+    def add(self, s: int, m) -> None:
+        """Queues step ``s``; fetches the queue (one step late) once it holds a log step."""
+        if any(self._is_log_step(p) for p, _ in self.pending):
+            self.flush()
+        self.pending.append((s, m))
+
+    def flush(self) -> None:
+        """Fetches pending metrics; stops on a non-finite value before anything is saved."""
+        if not self.pending:
+            return
+        pending, self.pending = self.pending, []
+        fetched = jax.device_get([m for _, m in pending])
+        for (s, _), m in zip(pending, fetched):
+            if not m["finite"]:
+                self.ckpt.wait()  # finish any save of an earlier, good state; save nothing else
+                good = self.ckpt.latest_step()
+                raise NonFiniteLossError(
+                    f"non-finite training value at step {s}: loss={float(m['loss'])}, "
+                    f"grad_norm={float(m['grad_norm'])}, param_norm={float(m['param_norm'])}. "
+                    f"Stopped without saving; the last good checkpoint (step {good}) in "
+                    f"{self.ckpt.directory} is untouched. Lower config.optimizer.learning_rate, "
+                    "raise warmup_steps or set grad_clip_norm, then rerun to resume from it."
+                )
+            if self._is_log_step(s):
+                self.progress.update(s, float(m["loss"]))
+                m = {k: v for k, v in m.items() if k != "finite"}
+                self.writer.write(s, {**m, **self.extra(self.progress)}, prefix="train/")
+        s, m = pending[-1][0], fetched[-1]
+        if not self._is_log_step(s):
+            self.progress.update(s, float(m["loss"]))
 
 
 def _config_dict(config) -> dict:
@@ -63,6 +137,58 @@ def _data_state_for_this_process(saved: dict) -> dict:
     return state
 
 
+def _restore_or_init(run, ckpt, train_iter, workdir):
+    """The newest complete checkpoint (skipping damaged ones), else a new state."""
+    latest, state, data_state = ckpt.restore_newest(run.abstract)
+    if latest is None:
+        logging.info("starting from scratch in %s", workdir)
+        return run.init(), None
+    train_iter.set_state(_data_state_for_this_process(data_state))
+    logging.info("resumed from the checkpoint of step %d in %s", latest, workdir)
+    return state, latest
+
+
+def _log_start(config, run, state, workdir, latest, primary: bool) -> None:
+    text = sharding.describe(state, run.shardings, run.mesh, config.data.batch_size)
+    sharding.log_sharding(text)
+    if primary:
+        (workdir / "sharding.txt").write_text(text + "\n")
+        metrics_lib.write_run_info(
+            workdir,
+            config,
+            {"resumed_from_step": latest, "mesh": dict(run.mesh.shape), "sharding": text},
+        )
+
+
+def _throughput(config, run, t_start: float):
+    """``progress -> {steps_per_s, tokens_per_s, elapsed_s, model_tflops_per_s[, mfu]}``:
+    model FLOPs per step (analytic, PaLM App. B) and MFU against the devices' bf16 peak."""
+    tokens_per_step = config.data.batch_size * (config.data.seq_len if run.task == "lm" else 1)
+    flops_per_step = flops.train_flops_per_step(
+        run.model_cfg, run.abstract["params"], batch_size=config.data.batch_size,
+        seq_len=config.data.seq_len, task=run.task,
+    )  # fmt: skip
+    peak = flops.peak_flops()
+    logging.info(
+        "model FLOPs per step: %.4g (analytic 6NT + 12LT^2d); device peak %s",
+        flops_per_step,
+        f"{peak:.4g} FLOP/s bf16 x {jax.device_count()}" if peak else "unknown (no MFU)",
+    )
+
+    def extra(progress) -> dict:
+        out = {
+            "steps_per_s": progress.steps_per_s,
+            "tokens_per_s": progress.steps_per_s * tokens_per_step,
+            "elapsed_s": time.perf_counter() - t_start,
+            "model_tflops_per_s": progress.steps_per_s * flops_per_step / 1e12,
+        }
+        if peak:
+            out["mfu"] = progress.steps_per_s * flops_per_step / (peak * jax.device_count())
+        return out
+
+    return tokens_per_step, extra
+
+
 def train_and_evaluate(config, workdir: str) -> dict:
     """Trains (or resumes) the job described by ``config`` in ``workdir``.
 
@@ -74,6 +200,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
       ConfigError: an invalid config (before anything compiles).
       NonFiniteLossError: the loss became NaN/Inf; the last good checkpoint is kept.
     """
+    # ---- build, then restore or init ---------------------------------------------------
     t_cfg = config.train
     workdir = paths.workdir_path(workdir)  # relative, ~, symlink or gs:// -> absolute
     workdir.mkdir(parents=True, exist_ok=True)
@@ -90,23 +217,10 @@ def train_and_evaluate(config, workdir: str) -> dict:
         process_count=jax.process_count(),
         train=True,
     )
-    latest, state, data_state = ckpt.restore_newest(run.abstract)  # skips damaged ones
-    if latest is None:
-        state = run.init()
-        logging.info("starting from scratch in %s", workdir)
-    else:
-        train_iter.set_state(_data_state_for_this_process(data_state))
-        logging.info("resumed from the checkpoint of step %d in %s", latest, workdir)
-    text = sharding.describe(state, run.shardings, mesh, config.data.batch_size)
-    sharding.log_sharding(text)
-    if primary:
-        (workdir / "sharding.txt").write_text(text + "\n")
-        metrics_lib.write_run_info(
-            workdir,
-            config,
-            {"resumed_from_step": latest, "mesh": dict(mesh.shape), "sharding": text},
-        )
+    state, latest = _restore_or_init(run, ckpt, train_iter, workdir)
+    _log_start(config, run, state, workdir, latest, primary)
 
+    # ---- compile-once programs, metrics, progress --------------------------------------
     train_step = step_lib.jit_train_step(
         step_lib.make_train_step(
             run.model,
@@ -120,11 +234,12 @@ def train_and_evaluate(config, workdir: str) -> dict:
         run.shardings,
         mesh,
     )
-    evaluator = evaluate_lib.Evaluator(run)
+    evaluator = evaluator_lib.Evaluator(run)
     writer = metrics_lib.MetricWriter(workdir, enabled=primary)
-    tokens_per_step = config.data.batch_size * (config.data.seq_len if run.task == "lm" else 1)
     step = int(jax.device_get(state["step"]))
     num_steps = t_cfg.num_steps
+    t_start = time.perf_counter()
+    tokens_per_step, throughput = _throughput(config, run, t_start)
     progress = metrics_lib.Progress(
         num_steps,
         step,
@@ -132,85 +247,43 @@ def train_and_evaluate(config, workdir: str) -> dict:
         tokens_per_step=tokens_per_step,
         unit="tok" if run.task == "lm" else "ex",  # classification: examples per second
     )
+    metrics = _Metrics(
+        writer, progress, ckpt, log_every=t_cfg.log_every, num_steps=num_steps, extra=throughput
+    )
     if jax.process_count() > 1:
         # The primary's start-up work above (git, run info, TensorBoard) can take a while on
         # a loaded machine, and gloo waits only 30 s at a first collective: line the
         # processes up on the coordination service first (no device collective).
         ocp.multihost.get_barrier_sync_fn()(key="seqjax_run_start", timeout_ms=600_000)
-
-    # Model FLOPs per step (analytic, PaLM App. B) and MFU against the devices' bf16 peak.
-    seq_len = config.data.seq_len
-    flops_per_step = flops.train_flops_per_step(
-        run.model_cfg, run.abstract["params"], batch_size=config.data.batch_size,
-        seq_len=seq_len, task=run.task,
-    )  # fmt: skip
-    peak = flops.peak_flops()
-    logging.info(
-        "model FLOPs per step: %.4g (analytic 6NT + 12LT^2d); device peak %s",
-        flops_per_step,
-        f"{peak:.4g} FLOP/s bf16 x {jax.device_count()}" if peak else "unknown (no MFU)",
-    )
     profile = flops.parse_profile_steps(t_cfg.get("profile_steps", ""))
     profile_dir = os.fspath(workdir / "profile")
     tracing = [False]
-
-    flag = _StopFlag()
-    pending: list = []  # [(step, device metrics)] not yet fetched (one step late)
     config_dict = _config_dict(config)
-    t_start = time.perf_counter()
-
-    def flush():
-        """Fetches pending metrics; stops on a non-finite value before anything is saved."""
-        while pending:
-            s, m = pending.pop(0)
-            m = jax.device_get(m)
-            if not m["finite"]:
-                ckpt.wait()  # finish any save of an earlier, good state; save nothing else
-                good = ckpt.latest_step()
-                raise NonFiniteLossError(
-                    f"non-finite training value at step {s}: loss={float(m['loss'])}, "
-                    f"grad_norm={float(m['grad_norm'])}, param_norm={float(m['param_norm'])}. "
-                    f"Stopped without saving; the last good checkpoint (step {good}) in "
-                    f"{ckpt.directory} is untouched. Lower config.optimizer.learning_rate, "
-                    "raise warmup_steps or set grad_clip_norm, then rerun to resume from it."
-                )
-            progress.update(s, float(m["loss"]))
-            if s % t_cfg.log_every == 0 or s == num_steps:
-                elapsed = time.perf_counter() - t_start
-                extra = {
-                    "steps_per_s": progress.steps_per_s,
-                    "tokens_per_s": progress.steps_per_s * tokens_per_step,
-                    "elapsed_s": elapsed,
-                    "model_tflops_per_s": progress.steps_per_s * flops_per_step / 1e12,
-                }
-                if peak:
-                    extra["mfu"] = (
-                        progress.steps_per_s * flops_per_step / (peak * jax.device_count())
-                    )
-                m = {k: v for k, v in m.items() if k != "finite"}
-                writer.write(s, {**m, **extra}, prefix="train/")
-
     last_saved = [latest]
 
     def save(s):
-        flush()
+        metrics.flush()  # nothing is saved after a non-finite step
         if s != last_saved[0]:
-            ckpt.save(s, state, train_iter.get_state(), config_dict)
+            with jax.transfer_guard("allow"):  # Orbax copies the state to the host
+                ckpt.save(s, state, train_iter.get_state(), config_dict)
             last_saved[0] = s
 
+    # ---- train: step, fetch metrics one step late, save, evaluate -----------------------
+    flag = _StopFlag()
     stopped = "done"
     try:
-        with sharding.rules_and_mesh(mesh):
+        with sharding.rules_and_mesh(mesh), jax.transfer_guard("disallow"):
             while step < num_steps:
-                if flag.requested or (
-                    jax.process_count() > 1 and ckpt.manager.reached_preemption(step)
-                ):
+                with jax.transfer_guard("allow"):  # a small all-gather when agreed by hand
+                    preempted = flag.requested(step)
+                if preempted:
                     stopped = "preempted"
                     break
                 if t_cfg.stop_after and step >= t_cfg.stop_after:
                     stopped = "stop_after"
                     break
-                batch = sharding.global_batch(next(train_iter), mesh)
+                with jax.transfer_guard_host_to_device("allow"):  # the batch, on purpose
+                    batch = sharding.global_batch(next(train_iter), mesh)
                 if profile and step + 1 == profile[0]:
                     jax.profiler.start_trace(profile_dir)
                     tracing[0] = True
@@ -221,24 +294,26 @@ def train_and_evaluate(config, workdir: str) -> dict:
                     jax.profiler.stop_trace()
                     tracing[0] = False
                     logging.info("profile of steps %d-%d written to %s", *profile, profile_dir)
-                flush()  # the previous step's metrics, while this step runs
-                pending.append((step, m))
+                metrics.add(step, m)  # fetches the previous steps' while this step runs
                 if t_cfg.checkpoint_every and step % t_cfg.checkpoint_every == 0:
                     save(step)
                 if t_cfg.eval_every and step % t_cfg.eval_every == 0 and step < num_steps:
-                    flush()
+                    metrics.flush()
                     res = evaluator(
                         state["params"], "validation", max_batches=t_cfg.eval_max_batches
                     )
                     writer.write(step, res, prefix="validation/")
                     progress.write(f"step {step}: validation {_fmt(res)}")
-        save(step)
+            save(step)
         ckpt.wait()
     finally:
         if tracing[0]:  # the run stopped inside the traced steps
             jax.profiler.stop_trace()
         flag.restore()
         progress.close()
+        train_iter.close()  # grain's threads and worker processes
+
+    # ---- finish: test split, sample, result ---------------------------------------------
     result = {"step": step, "stopped": stopped, "test": None, "sample": None}
     if stopped != "done":
         logging.info("stopped (%s) at step %d; checkpoint saved, rerun to resume", stopped, step)
@@ -253,28 +328,33 @@ def train_and_evaluate(config, workdir: str) -> dict:
         if primary:
             print(f"test ({step} steps): {_fmt(res)}", flush=True)
     if run.task == "lm" and t_cfg.sample_length:
-        params = state["params"]
-        if jax.process_count() > 1:
-            # Every process samples the same text on its own host from the full parameters
-            # (one all-gather on every process, then no collective at all).
-            params = multihost_utils.process_allgather(params, tiled=True)
-        text = sample_lib.sample_text(
-            run,
-            params,
-            t_cfg.sample_prompt,
-            t_cfg.sample_length,
-            temperature=t_cfg.sample_temperature,
-            seed=config.seed,
-        )
-        result["sample"] = text
-        if primary:
-            print(f"sample:\n{t_cfg.sample_prompt}{text}", flush=True)
+        result["sample"] = _sample(config, run, state["params"], primary)
     result["train_seconds"] = time.perf_counter() - t_start
     if primary:
         (workdir / "result.json").write_text(json.dumps(result, indent=2) + "\n")
     writer.close()
     ckpt.close()
     return result
+
+
+def _sample(config, run, params, primary: bool) -> str:
+    """``config.train.sample_length`` tokens after ``sample_prompt`` (printed on process 0)."""
+    t_cfg = config.train
+    if jax.process_count() > 1:
+        # Every process samples the same text on its own host from the full parameters
+        # (one all-gather on every process, then no collective at all).
+        params = multihost_utils.process_allgather(params, tiled=True)
+    text = sampling.sample_text(
+        run,
+        params,
+        t_cfg.sample_prompt,
+        t_cfg.sample_length,
+        temperature=t_cfg.sample_temperature,
+        seed=config.seed,
+    )
+    if primary:
+        print(f"sample:\n{t_cfg.sample_prompt}{text}", flush=True)
+    return text
 
 
 def _fmt(res: dict) -> str:

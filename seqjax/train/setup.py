@@ -8,46 +8,48 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
+from collections.abc import Callable
 
+import flax.linen as nn
 import jax
 import ml_collections
+import optax
 
 from seqjax import data as data_lib
 from seqjax.data import pipeline
-from seqjax.train import checkpoint, config_validation, paths, sharding, state
+from seqjax.models import from_config, memory
+from seqjax.models.transformer import TransformerConfig
+from seqjax.train import checkpoint, config_validation, optim, paths, sharding, state
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Run:
     """The built job.
 
     Attributes:
       config: the ConfigDict.
-      info: ``seqjax.data.DataInfo`` (vocabulary, task, encode/decode).
-      model_cfg: the ``TransformerConfig``.
-      model: the Flax module (LM or classifier).
-      tx, schedule: optimizer and learning-rate schedule.
+      info: the data's vocabulary, task and encode/decode.
+      model: the Flax module that trains (LM, classifier or a recurrent model).
+      tx: the optimizer.
+      schedule: its learning-rate schedule.
       mesh: the device mesh.
-      abstract: the unboxed abstract state (ShapeDtypeStructs with shardings).
-      shardings: NamedShardings of the state.
+      abstract: the unboxed abstract state (ShapeDtypeStructs carrying their shardings).
       init: jitted ``() -> state`` (arrays created on their devices).
-      mem_len: Transformer-XL memory length M (None for kind "transformer").
-      epoch_steps: Transformer-XL: steps after which the training streams start over (the
-        memory is reset then); None otherwise.
+      recurrence: the model's memory declaration (``seqjax.models.memory``), None when the
+        model has no memory.
+      epoch_steps: a recurrent model's steps after which the training streams start over
+        (the memory is reset then); None otherwise.
     """
 
     config: ml_collections.ConfigDict
-    info: Any
-    model_cfg: Any
-    model: Any
-    tx: Any
-    schedule: Any
+    info: data_lib.DataInfo
+    model: nn.Module
+    tx: optax.GradientTransformation
+    schedule: optax.Schedule
     mesh: jax.sharding.Mesh
-    abstract: Any
-    shardings: Any
-    init: Any
-    mem_len: int | None = None
+    abstract: dict
+    init: Callable[[], dict]
+    recurrence: memory.Recurrence | None = None
     epoch_steps: int | None = None
 
     @property
@@ -55,8 +57,18 @@ class Run:
         return self.info.task
 
     @property
+    def model_cfg(self) -> TransformerConfig:
+        return self.model.cfg
+
+    @property
+    def shardings(self) -> dict:
+        """NamedShardings of the state (those the abstract state carries)."""
+        return jax.tree.map(lambda x: x.sharding, self.abstract)
+
+    @property
     def is_xl(self) -> bool:
-        return self.mem_len is not None
+        """Whether the model carries a memory (Transformer-XL is the recurrent kind)."""
+        return self.recurrence is not None
 
 
 def build(config, *, validate: bool = True) -> Run:
@@ -65,21 +77,17 @@ def build(config, *, validate: bool = True) -> Run:
         config_validation.validate(config)
     mesh = sharding.make_mesh(config.mesh)
     info = data_lib.info(config.data)
-    model_cfg = state.model_config(config, info)
-    xl = state.is_xl(config)
-    mem_len = int(config.model.mem_len) if xl else None
-    model = state.make_model(model_cfg, info.task, mem_len=mem_len)
-    tx, schedule = state.make_optimizer(config.optimizer, config.train.num_steps)
+    model_cfg = from_config.model_config(config, info)
+    rec = memory.recurrence(config)
+    model = from_config.build_model(config, model_cfg, info.task)
+    tx, schedule = optim.make_optimizer(config.optimizer, config.train.num_steps)
     input_shape = (1, config_validation.input_length(config) - (1 if _cls(config, info) else 0))
-    memory_batch = int(config.data.batch_size) if xl else 0
-    abstract, shardings, init = state.create_state(
+    memory_batch = int(config.data.batch_size) if rec else 0
+    abstract, _, init = state.create_state(
         model, tx, input_shape, config.seed, mesh, memory_batch=memory_batch
     )
-    epoch_steps = _stream_epoch_steps(config, info) if xl else None
-    return Run(
-        config, info, model_cfg, model, tx, schedule, mesh, abstract, shardings, init,
-        mem_len=mem_len, epoch_steps=epoch_steps,
-    )  # fmt: skip
+    epoch_steps = _stream_epoch_steps(config, info) if rec else None
+    return Run(config, info, model, tx, schedule, mesh, abstract, init, rec, epoch_steps)
 
 
 def _stream_epoch_steps(config, info) -> int:

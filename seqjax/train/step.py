@@ -1,12 +1,13 @@
 """The pure train and eval steps (jitted once by the loop with explicit shardings).
 
 Legend: B global batch, K accumulation micro-steps, T sequence length, V vocabulary,
-C classes, M Transformer-XL memory length.
+C classes.
 
-Transformer-XL (Dai et al. 2019, §3.2): the state's ``memory`` goes into the model with
-the segment and the model's new memory replaces it in the new state; the memory is reset
-(emptied) whenever the contiguous training streams start over, since the text before the
-new segment is then not the text the memory holds.
+Recurrent models (``seqjax.models.memory``; Transformer-XL, Dai et al. 2019, §3.2): the
+state's ``memory`` goes into the model with the segment and the model's new memory replaces
+it in the new state; the memory is reset (emptied) whenever the contiguous training streams
+start over, since the text before the new segment is then not the text the memory holds.
+A model without memory takes the same path with ``memory=None``.
 
 Loss: token-weighted cross-entropy, ``sum_i w_i * CE_i / sum_i w_i`` over the whole global
 batch (``weights`` are 0 on padding), so gradient accumulation and any sharding give the
@@ -19,23 +20,19 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from seqjax.models import memory as memory_lib
 from seqjax.train import sharding
 
 
-def _sums(model, task, params, batch, rng, train: bool, memory=None):
-    """Weighted sums of the loss and of correct predictions, and the weight total.
-
-    With ``memory`` (Transformer-XL) returns ``(sums, new_memory)``.
-    """
+def _sums(model, params, batch, rng, train: bool, memory=None):
+    """Weighted sums of the loss and of correct predictions, the weight total, and the new
+    memory (None for a model without memory; see ``seqjax.models.memory``)."""
     kwargs = {"deterministic": not train}
     rngs = {"dropout": rng} if train else {}
-    if memory is not None:
-        logits, new_memory = model.apply(
-            {"params": params}, batch["inputs"], memory, rngs=rngs, **kwargs
-        )
-        return _weighted(logits, batch), new_memory
-    logits = model.apply({"params": params}, batch["inputs"], rngs=rngs, **kwargs)
-    return _weighted(logits, batch)
+    args = () if memory is None else (memory,)
+    out = model.apply({"params": params}, batch["inputs"], *args, rngs=rngs, **kwargs)
+    logits, new_memory = out if memory is not None else (out, None)
+    return _weighted(logits, batch), new_memory
 
 
 def _weighted(logits, batch):
@@ -61,11 +58,6 @@ def _microbatches(batch, k: int, mesh):
     return jax.tree.map(split, batch)
 
 
-def reset_memory(memory, reset):
-    """``memory`` emptied (zeros, all invalid) where the scalar bool ``reset`` is True."""
-    return jax.tree.map(lambda m: jnp.where(reset, jnp.zeros_like(m), m), memory)
-
-
 def make_train_step(
     model, task: str, tx, schedule, *, accum_steps: int, mesh, epoch_steps: int | None = None
 ):
@@ -75,9 +67,11 @@ def make_train_step(
     weight_sum (tokens or examples that counted), and ``finite`` (1.0 when the loss, the
     gradients and the new parameters are all finite).
 
-    A state with ``'memory'`` (Transformer-XL) is threaded through ``model.apply``; the
+    A state with ``'memory'`` (a recurrent model) is threaded through ``model.apply``; the
     memory is emptied at steps that are multiples of ``epoch_steps`` (the streams restart).
     """
+
+    del task  # the loss is the same cross-entropy for every task
 
     def train_step(state, batch):
         params, step = state["params"], state["step"]
@@ -87,16 +81,13 @@ def make_train_step(
         memory = state.get("memory")
         if memory is not None:
             if accum_steps != 1:
-                raise ValueError("Transformer-XL training needs optimizer.grad_accum_steps=1")
+                raise ValueError("a model with memory needs optimizer.grad_accum_steps=1")
             if epoch_steps:
-                memory = reset_memory(memory, step % epoch_steps == 0)
+                memory = memory_lib.reset(memory, step % epoch_steps == 0)
 
         def loss_of(p, mb, rng):
-            if memory is not None:
-                sums, new_memory = _sums(model, task, p, mb, rng, train=True, memory=memory)
-                return sums["loss_sum"] / total_w, (sums, new_memory)
-            sums = _sums(model, task, p, mb, rng, train=True)
-            return sums["loss_sum"] / total_w, (sums, None)
+            sums, new_memory = _sums(model, p, mb, rng, train=True, memory=memory)
+            return sums["loss_sum"] / total_w, (sums, new_memory)
 
         grad_fn = jax.value_and_grad(loss_of, has_aux=True)
         if accum_steps == 1:
@@ -154,28 +145,18 @@ def _add(sums, new):
     return {k: sums[k] + new[k] for k in SUM_KEYS}
 
 
-def make_eval_step(model, task: str):
-    """Returns ``eval_step(params, sums, batch) -> sums`` (loss_sum, correct_sum,
-    weight_sum added to the running ``sums``).
+def make_eval_step(model):
+    """Returns ``eval_step(params, sums, memory, batch) -> (sums, new_memory)``: loss_sum,
+    correct_sum and weight_sum added to the running ``sums``; ``memory`` is None for a
+    model without memory, else carried by the caller from batch to batch (a stream).
 
     The running sums go through the jitted step, so an evaluation is one identical program
     per batch on every process: no eager array op between steps that one process could run
     while another is already inside the next step's collectives.
     """
 
-    def eval_step(params, sums, batch):
-        return _add(sums, _sums(model, task, params, batch, None, train=False))
-
-    return eval_step
-
-
-def make_xl_eval_step(model):
-    """Returns ``eval_step(params, sums, memory, batch) -> (sums, new_memory)``
-    (Transformer-XL evaluation over a stream: the caller carries the memory and the running
-    sums from batch to batch)."""
-
     def eval_step(params, sums, memory, batch):
-        new, new_memory = _sums(model, "lm", params, batch, None, train=False, memory=memory)
+        new, new_memory = _sums(model, params, batch, None, train=False, memory=memory)
         return _add(sums, new), new_memory
 
     return eval_step
@@ -193,20 +174,9 @@ def jit_train_step(train_step, state_shardings, mesh):
     )
 
 
-def jit_eval_step(eval_step, params_shardings, mesh):
-    """Jits ``make_eval_step``'s function; the running sums (replicated) are donated."""
-    batch_sh = sharding.batch_sharding(mesh)
-    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-    return jax.jit(
-        eval_step,
-        in_shardings=(params_shardings, replicated, batch_sh),
-        out_shardings=replicated,
-        donate_argnums=1,
-    )
-
-
-def jit_xl_eval_step(eval_step, params_shardings, memory_shardings, mesh):
-    """Jits ``make_xl_eval_step``'s function; the running sums and the memory are donated."""
+def jit_eval_step(eval_step, params_shardings, memory_shardings, mesh):
+    """Jits ``make_eval_step``'s function; the running sums (replicated) and the memory
+    (``memory_shardings``, None without memory) are donated."""
     batch_sh = sharding.batch_sharding(mesh)
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     return jax.jit(

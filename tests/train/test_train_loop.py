@@ -3,6 +3,9 @@ numbers, accumulation equals one big batch, and a non-finite loss stops without 
 
 from __future__ import annotations
 
+import json
+import re
+
 import jax
 import numpy as np
 import pytest
@@ -73,3 +76,39 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(helpers, corpus, t
         loop.train_and_evaluate(config, str(tmp_path))
     assert helpers.complete_steps(tmp_path) == [1, 2]
     assert helpers.partial_checkpoints(tmp_path) == []
+
+
+def test_metrics_fetched_every_log_every_steps(helpers, corpus, tmp_path):
+    """log_every=3: metrics at steps 3, 6, 7 (the last) only, equal in every logged value
+    (timings aside) to the log_every=1 run's at those steps; a non-finite step between two
+    log steps still stops the run before a save, naming that step."""
+    extra = {"train.num_steps": 7, "train.checkpoint_every": 0}
+    _run(helpers, corpus, tmp_path / "every", **extra)
+    _run(helpers, corpus, tmp_path / "third", **extra, **{"train.log_every": 3})
+
+    def lines(workdir):
+        recs = [json.loads(x) for x in (workdir / "metrics.jsonl").read_text().splitlines()]
+        timing = ("time", "steps_per_s", "tokens_per_s", "elapsed_s", "model_tflops_per_s", "mfu")
+        return {
+            r["step"]: {k: v for k, v in r.items() if not k.endswith(timing)}
+            for r in recs
+            if "train/loss" in r
+        }
+
+    every, third = lines(tmp_path / "every"), lines(tmp_path / "third")
+    assert sorted(every) == list(range(1, 8)) and sorted(third) == [3, 6, 7]
+    for s in (3, 6, 7):
+        assert third[s] == every[s], s
+    first_bad = []
+    for log_every in (1, 100):
+        config = helpers.tiny_config(
+            corpus,
+            **{"optimizer.learning_rate": 1e30, "train.log_every": log_every,
+               "train.num_steps": 6, "train.checkpoint_every": 0},
+        )  # fmt: skip
+        workdir = tmp_path / f"nan{log_every}"
+        with pytest.raises(loop.NonFiniteLossError) as err:
+            loop.train_and_evaluate(config, str(workdir))
+        first_bad.append(re.search(r"non-finite training value at step (\d+):", str(err.value)))
+        assert helpers.complete_steps(workdir) == []
+    assert first_bad[0] and first_bad[1] and first_bad[0][1] == first_bad[1][1]

@@ -11,8 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from seqjax import models, sample
+from seqjax import models
 from seqjax.train import loop, setup
+from seqjax.train import sampling as sample
 
 
 @pytest.fixture(scope="module")

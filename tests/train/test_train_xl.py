@@ -15,10 +15,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from seqjax import evaluate, sample
-from seqjax.models.transformer_xl import TransformerXL
+from seqjax.models.transformer_xl import TransformerXL, with_lengths
 from seqjax.train import config_validation, loop, setup
-from seqjax.train import state as state_lib
+from seqjax.train import evaluator as evaluate
+from seqjax.train import sampling as sample
 
 XL = {
     "model.kind": "transformer_xl",
@@ -118,7 +118,7 @@ def test_xl_sampling_with_memory_cache(xl_run):
     # == recomputing the whole sequence without memory, when M covers everything.
     prompt = run.info.encode("for alpha in range(3):\n    beta += al")
     n, mem = 12, 64
-    cfg = state_lib.with_xl_lengths(run.model_cfg, mem_len=mem, clamp_len=-1, same_length=False)
+    cfg = with_lengths(run.model_cfg, mem_len=mem, clamp_len=-1, same_length=False)
     cached = sample.generate_xl(
         cfg, state["params"], prompt, n, mem_len=mem, segment_len=16, temperature=0.0
     )
