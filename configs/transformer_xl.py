@@ -57,7 +57,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     m.mem_len = 64  # hidden states kept per layer and carried to the next segment
     m.attention = "relative"  # Transformer-XL relative attention (§3.3)
     m.attention_options = ml_collections.ConfigDict(
-        {"relative": ml_collections.ConfigDict({"clamp_len": -1, "same_length": False})}
+        {
+            "relative": ml_collections.ConfigDict(
+                # auto: the blockwise relative attention (no [T, S] scores; equal to the
+                # materialized one in values and gradients) unless attention dropout is on.
+                {"clamp_len": -1, "same_length": False, "implementation": "auto"}
+            )
+        }
     )  # training: every distance its own embedding; queries see memory + causal segment
     m.positional = "none"  # no absolute positions: relative ones in every layer
     m.num_layers = 4  # blocks

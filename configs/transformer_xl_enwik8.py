@@ -55,7 +55,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     m.mem_len = 512  # training memory per layer
     m.attention = "relative"  # §3.3
     m.attention_options = ml_collections.ConfigDict(
-        {"relative": ml_collections.ConfigDict({"clamp_len": -1, "same_length": False})}
+        {
+            "relative": ml_collections.ConfigDict(
+                # auto: the blockwise relative attention (no [T, S] scores; equal to the
+                # materialized one in values and gradients) unless attention dropout is on.
+                {"clamp_len": -1, "same_length": False, "implementation": "auto"}
+            )
+        }
     )  # training: no clamping, plain causal mask over [memory; segment]
     m.positional = "none"  # relative positions only
     m.num_layers = 12  # blocks

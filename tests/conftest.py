@@ -5,6 +5,9 @@ import os
 # Must happen before JAX initializes its backends.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Implicit rank promotion ([H, D] + [B, T, H, D] broadcast silently) is an error in the tests,
+# in this process and in the training subprocesses they start (the variable is inherited).
+os.environ.setdefault("JAX_NUMPY_RANK_PROMOTION", "raise")
 
 from pathlib import Path  # noqa: E402
 

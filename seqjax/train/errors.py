@@ -9,7 +9,6 @@ with a line that says so, and the status is 1.
 from __future__ import annotations
 
 import errno
-import importlib.util
 import os
 import sys
 import traceback
@@ -147,9 +146,9 @@ def config_file_problem(argv: list[str]) -> str | None:
     if os.path.isdir(path):
         return f"--config={path} is a folder; give a config file like configs/char_lm.py"
     try:
-        spec = importlib.util.spec_from_file_location("_seqjax_config_check", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        from seqjax.configs import common as config_common
+
+        module = config_common.load_file(path, "_seqjax_config_check")
     except SyntaxError as e:
         return f"--config file {path} has a syntax error at line {e.lineno}: {e.msg}"
     if not hasattr(module, "get_config"):

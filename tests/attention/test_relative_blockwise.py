@@ -7,9 +7,6 @@ Legend: B batch, T segment length, M memory length, S = M + T, H heads, D head d
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,6 +14,7 @@ import pytest
 
 from seqjax.attention import masks as masks_lib
 from seqjax.attention import registry, relative, relative_blockwise
+from seqjax.configs import common
 from seqjax.models import TransformerConfig
 from seqjax.models.transformer_xl import TransformerXL
 from seqjax.train import config_validation
@@ -181,12 +179,7 @@ def test_invalid_options_name_the_field_and_valid_values(options, expected):
     with pytest.raises(ValueError) as e:
         _attend(options.pop("implementation", "blockwise"), x, **options)
     assert expected in str(e.value)
-    spec = importlib.util.spec_from_file_location(
-        "xl_config", Path(__file__).parents[2] / "configs" / "transformer_xl.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    config = module.get_config("smoke")
+    config = common.load_config("transformer_xl:smoke")
     config.model.attention_options["relative"].update(
         {"implementation": "magic"} if "magic" in expected else options
     )

@@ -6,12 +6,12 @@ then ``make_train_step``); the data is swapped for a small synthetic copy task s
 needs no corpus. Legend: B batch, T sequence length.
 """
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from seqjax.configs import common
 from seqjax.train import config_validation, setup
 from seqjax.train import step as step_lib
 
@@ -19,11 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def load_config(arg):
-    path = REPO / "configs" / "sparse_lm.py"
-    spec = importlib.util.spec_from_file_location("configs_sparse_lm", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(arg)
+    return common.load("sparse_lm").get_config(arg)
 
 
 def tiny(config, seq_len=32):

@@ -6,14 +6,13 @@ cannot import a conftest by name under ``--import-mode=importlib``).
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
-_spec = importlib.util.spec_from_file_location(
-    "seqjax_tests_train_conftest", Path(__file__).parents[1] / "train" / "conftest.py"
+from seqjax.configs import common
+
+_train = common.load_file(
+    Path(__file__).parents[1] / "train" / "conftest.py", "seqjax_tests_train_conftest"
 )
-_train = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_train)
 
 corpus = _train.corpus
 helpers = _train.helpers

@@ -79,12 +79,9 @@ def tiny_overrides(corpus: dict, **extra) -> dict:
 
 def tiny_config(corpus: dict, **extra):
     """The tiny job's ConfigDict (in-process runs)."""
-    import importlib.util
+    from seqjax.configs import common
 
-    spec = importlib.util.spec_from_file_location("configs_char_lm", CONFIG)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    config = module.get_config("smoke")
+    config = common.load_file(CONFIG).get_config("smoke")
     for key, value in tiny_overrides(corpus, **extra).items():
         node = config
         *parents, leaf = key.split(".")
