@@ -106,7 +106,7 @@ def parse_args(
         else:
             valid = [f"{k}={'|'.join(map(str, vs))}" for k, vs in options.items()] + list(flags)
             raise ValueError(
-                f"{config_file} argument {item!r} is not valid; use comma-separated "
+                f"{config_file} variant argument {item!r} is not valid; use comma-separated "
                 f"{', '.join(valid)}"
             )
     return out
