@@ -86,7 +86,15 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+# The cases that add little beyond the others (each compiles a gradient: ~10-15 s on 2 cores).
+SLOW_CASES = ("unit_blocks", "same_length_short")
+
+
+@pytest.mark.parametrize(
+    "case",
+    [pytest.param(c, marks=pytest.mark.slow) if c in SLOW_CASES else c for c in CASES],
+    ids=list(CASES),
+)
 def test_blockwise_equals_reference_values_and_gradients(case):
     c = CASES[case]
     b, t, m = 2, c["t"], c["m"]
@@ -105,6 +113,7 @@ def test_blockwise_equals_reference_values_and_gradients(case):
         np.testing.assert_allclose(got_g[name], want_g[name], atol=2e-5, rtol=1e-4, err_msg=name)
 
 
+@pytest.mark.slow
 def test_blockwise_bf16_matches_reference():
     x = _inputs(t=13, m=7, dtype=jnp.bfloat16)
     ct = jax.random.normal(jax.random.key(9), x["q"].shape)

@@ -137,8 +137,8 @@ def test_clipping_is_optional_and_first():
 
 
 def _regression_loss(params, x, y):
-    h = jnp.tanh(x @ params["dense"]["kernel"] + params["dense"]["bias"])
-    pred = h @ params["out"]["kernel"] + params["out"]["bias"]
+    h = jnp.tanh(x @ params["dense"]["kernel"] + params["dense"]["bias"][None])
+    pred = h @ params["out"]["kernel"] + params["out"]["bias"][None]
     return jnp.mean((pred - y) ** 2)
 
 
