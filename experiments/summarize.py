@@ -50,6 +50,7 @@ DERIVED = {
     "sparse_transformer/results/cpu.json": "sparse_transformer/run.py",
     "linformer/results/linformer_cpu.json": "linformer/run.py",
     "reformer/results/growth.json": "reformer/growth.py",
+    "char_lm_quality/results/peers_cpu.json": "char_lm_quality/peers.py",
 }
 
 

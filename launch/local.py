@@ -38,9 +38,15 @@ def process_env(i: int, n: int, devices: int, port: int, base: dict | None = Non
             "JAX_PROCESS_ID": str(i),
             "JAX_PLATFORMS": "cpu",
             "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo",
-            "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
         }
     )
+    # The device count replaces any given one; the caller's other XLA flags are kept.
+    kept = [
+        flag
+        for flag in env.get("XLA_FLAGS", "").split()
+        if not flag.startswith("--xla_force_host_platform_device_count")
+    ]
+    env["XLA_FLAGS"] = " ".join([f"--xla_force_host_platform_device_count={devices}", *kept])
     return env
 
 

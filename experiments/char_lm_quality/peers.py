@@ -291,6 +291,10 @@ def run(scale: str, text: str, steps: int | None = None, eval_batches: int | Non
             "val_loss": evals[name](val),
         })  # fmt: skip
     by = {r["contender"]: r for r in rows if r["status"] == "ok"}
+    # Drift check: median ms/step of each tenth of the run, per contender.
+    for r in by.values():
+        parts = np.array_split(np.asarray(timed["times"][r["contender"]]), min(10, steps - 1))
+        r["ms_per_step_by_tenth"] = [round(1000.0 * float(np.median(x)), 1) for x in parts]
     for r in by.values():
         r["speed_vs_peer"] = by[peer]["ms_per_step"] / r["ms_per_step"] if peer else None
     return {
@@ -314,6 +318,27 @@ def _torch_threads():
     return torch.get_num_threads()
 
 
+GOAL = 1.2  # seqjax tokens/s over the PyTorch peer's, same run (issue 18)
+
+
+def summary_rows(payload: dict) -> list[dict]:
+    """experiments/README.md's row: seqjax's speed over the peer of the same run."""
+    by = {r["contender"]: r for r in payload["rows"] if r.get("status") == "ok"}
+    if "seqjax" not in by or not payload.get("peer") or payload["scale"] == "smoke":
+        return []
+    ours = by["seqjax"]["speed_vs_peer"]
+    return [{
+        "study": "char_lm_quality",
+        "paper_figure": f"nanoGPT CPU model: seqjax tokens/s / {payload['peer']} in the same run "
+                        f"(goal {GOAL}x; val loss {by['seqjax']['val_loss']:.2f} vs "
+                        f"{by[payload['peer']]['val_loss']:.2f})",
+        "paper": GOAL,
+        "ours": round(ours, 3),
+        "ratio": round(ours / GOAL, 2),
+        "noisy": payload.get("noisy"),
+    }]  # fmt: skip
+
+
 def markdown(payload: dict) -> str:
     cols = ["contender", "status", "val_loss", "ms_per_step", "tokens_per_s", "speed_vs_peer",
             "min_ms", "max_ms"]  # fmt: skip
@@ -327,7 +352,14 @@ def markdown(payload: dict) -> str:
         f"({' '.join(payload['order_head'])} ...); medians of the per-step times, ratios to "
         f"{payload['peer']} from this run only. Other processes used {load['other_cores']} "
         f"cores on average meanwhile (load average {load['loadavg_before']} -> "
-        f"{load['loadavg_after']}): {'**noisy**' if payload['noisy'] else 'quiet'}."
+        f"{load['loadavg_after']}): {'**noisy**' if payload['noisy'] else 'quiet'}.\n\n"
+        "Median ms/step in each tenth of the run (drift check):\n\n"
+        + "\n".join(
+            f"* {r['contender']}: {', '.join(map(str, r['ms_per_step_by_tenth']))}"
+            for r in payload["rows"]
+            if r.get("ms_per_step_by_tenth")
+        )
+        + "\n"
     )
 
 
@@ -343,6 +375,7 @@ def main(argv=None) -> dict:
         raise ValueError(f"--scale={args.scale!r} is not one of {SCALES}")
     path = Path(args.text or load_config(args.scale).data.path)
     payload = run(args.scale, path.read_text(), args.steps or None, args.eval_batches or None)
+    payload["summary"] = summary_rows(payload)
     md = markdown(payload)
     bench.write_results(args.out, f"peers_{args.scale}", payload, md)
     print(md)

@@ -5,7 +5,9 @@ Text classifier (``TransformerClassifier``: byte vocabulary 257 with 0 = padding
 pooling, 2 classes) for every seqjax attention mechanism at sequence lengths 1K, 2K, 3K, 4K
 (and 8K, 16K where they fit), and reports steps/s, the compiled program's peak memory, and
 the ratios to dense ``reference`` (materialized logits: the paper's Transformer) and to
-dense ``chunked`` (FlashAttention-style) measured side by side in the same run.
+dense ``chunked`` (FlashAttention-style) measured side by side in the same run: all
+variants of one length are timed interleaved (``bench.interleave``, medians), and the table
+says whether other processes loaded the machine meanwhile.
 
 * Memory is XLA's prediction from buffer assignment (``compiled.memory_analysis()``), so a
   configuration above ``--memory-budget-gb`` is compiled and reported as "does not fit"
@@ -77,8 +79,9 @@ class Scale:
 SCALES = {
     "smoke": Scale(1, 32, 2, 64, 1, (256,), 1, linformer_k=32, lsh_chunk=32),
     # The LRA Text model (4 layers, E = 256, 4 heads, FF 1024) at batch 1 on 2 cores.
-    # One timed call after a warm-up call: a step of dense reference at 4K takes a minute here.
-    "cpu": Scale(4, 256, 4, 1024, 1, (1024, 2048, 3072, 4096, 8192, 16384), 1, 256, 128),
+    # Three interleaved rounds after a warm-up call (medians): a step of dense reference at
+    # 4K takes about 20 s here.
+    "cpu": Scale(4, 256, 4, 1024, 1, (1024, 2048, 3072, 4096, 8192, 16384), 3, 256, 128),
     # LRA Text exactly (Table 2: batch 32) for an accelerator.
     "full": Scale(4, 256, 4, 1024, 32, (1024, 2048, 3072, 4096, 8192, 16384), 10, 256, 128),
 }
@@ -136,9 +139,11 @@ def make_step(scale: Scale, t: int, mechanism: str, options: dict, remat: bool =
     return step, (state, tokens_BT, labels_B)
 
 
-def measure(
-    scale, t, name, mech, opts, *, max_bytes, predicted_s, max_step_s, warmup, remat=False
-) -> dict:
+def prepare(
+    scale, t, name, mech, opts, *, max_bytes, predicted_s, max_step_s, remat=False
+) -> tuple[dict, object]:
+    """Compiles one variant: ``(row, call)`` where ``call()`` runs one step, or None when the
+    variant is not timed (does not fit, memory only, predicted too slow)."""
     row = {"variant": name, "T": t, "remat": remat}
     step, args = make_step(scale, t, mech, opts, remat=remat)
     compiled, compile_s = bench.compile_fn(step, *args)
@@ -147,18 +152,31 @@ def measure(
     row["compile_s"] = compile_s
     if mem is not None and mem["peak_bytes"] > max_bytes:
         row["status"] = "does not fit"
-        return row
+        return row, None
     if max_step_s <= 0:  # --memory-only
         row["status"] = "compiled (memory only)"
-        return row
+        return row, None
     if predicted_s is not None and predicted_s > max_step_s:
         row["status"] = f"skipped: slow (~{predicted_s:.0f} s/step predicted)"
-        return row
-    times = bench.time_compiled(compiled, *args, repeats=scale.repeats, warmup=warmup)
-    row["step_s"] = float(np.median(times))
-    row["steps_per_s"] = 1.0 / row["step_s"]
-    row["status"] = "ok"
-    return row
+        return row, None
+    return row, lambda: compiled(*args)
+
+
+def time_length(prepared: dict[str, tuple[dict, object]], *, repeats: int, warmup: int):
+    """Times the variants of one length interleaved (``bench.interleave``: A B C A B C ...,
+    medians), so a change in machine load hits all of them alike; fills their rows."""
+    calls = {name: call for name, (_, call) in prepared.items() if call is not None}
+    if not calls:
+        return
+    res = bench.interleave(calls, rounds=repeats, warmup=warmup)
+    for name in calls:
+        row = prepared[name][0]
+        row["step_s"] = res["timing"][name]["median_s"]
+        row["steps_per_s"] = 1.0 / row["step_s"]
+        row["rounds"] = repeats
+        row["status"] = "ok"
+        row["noisy"] = res["noisy"]
+        row["load"] = res["load"]
 
 
 def main(argv=None) -> dict:
@@ -200,6 +218,7 @@ def main(argv=None) -> dict:
     registered = attention_lib.names()
     rows, last = [], {}
     for t in scale.lengths:
+        prepared = {}
         for name, (mech, opts) in variants(scale, t).items():
             if name not in wanted:
                 continue
@@ -210,18 +229,20 @@ def main(argv=None) -> dict:
             if name in last:  # extrapolation: T^2 for dense reference, T^1.5 for the others
                 t0, s0 = last[name]
                 pred = s0 * (t / t0) ** (2.0 if name == "dense-reference" else 1.5)
-            row = measure(
+            prepared[name] = prepare(
                 scale, t, name, mech, opts,
                 max_bytes=int(args.memory_budget_gb * GB),
-                predicted_s=pred, max_step_s=args.max_step_seconds, warmup=args.warmup,
-                remat=args.remat,
+                predicted_s=pred, max_step_s=args.max_step_seconds, remat=args.remat,
             )  # fmt: skip
+        time_length(prepared, repeats=scale.repeats, warmup=args.warmup)
+        for name, (row, _) in prepared.items():
             if "step_s" in row:
                 last[name] = (t, row["step_s"])
             rows.append(row)
             print(f"T={t:6d} {name:16s} {row['status']:14s} "
                   f"{row.get('steps_per_s') or 0:8.3f} steps/s  {row['peak_gb'] or 0:7.3f} GB",
                   flush=True)  # fmt: skip
+        prepared.clear()
     add_ratios(rows)
     payload = {
         "scale": args.scale,
@@ -361,6 +382,20 @@ def markdown(rows, scale_name: str, scale: Scale) -> str:
             f"{best['speedup_vs_reference']:.2f}× dense reference (goal ≥ {GOAL_SPEEDUP}×) with "
             f"{best['memory_vs_reference']:.3f} of its memory (goal ≤ {GOAL_MEMORY:.3f})."
         )
+    parts.append("\n## How it was timed\n")
+    parts.append(
+        "All variants of one length were timed interleaved (A B C ... A B C ..., "
+        f"{scale.repeats} rounds after a warm-up call, medians):"
+    )
+    for t in lengths:
+        timed = [r for r in rows if r["T"] == t and r.get("load")]
+        if timed:
+            load = timed[0]["load"]
+            parts.append(
+                f"* {t}: load average {load['loadavg_before']} before, {load['loadavg_after']} "
+                f"after; other processes used {load['other_cores']} cores"
+                + (" — **noisy**" if timed[0]["noisy"] else "")
+            )
     parts.append(f"\nLoad average (1/5/15 min) at the end: {os.getloadavg()}.")
     return "\n".join(parts)
 

@@ -34,7 +34,7 @@ PAPER = {800: 363, 1800: 773, 2800: 1409, 3800: 1874}
 # of tgt = mem). The attention length L is mem + tgt in both: the last query of a segment
 # sees L positions, the first sees mem.
 SCALES = {
-    "smoke": dict(lengths=[64, 128], layers=1, d_model=32, heads=2, tgts=[16], repeats=3),
+    "smoke": dict(lengths=[64], layers=1, d_model=32, heads=2, tgts=[16], repeats=2),
     "cpu": dict(
         lengths=[800, 1800, 2800, 3800],
         layers=4,
@@ -70,9 +70,9 @@ def _common(length: int, s: dict) -> dict:
     )
 
 
-def vanilla_contender(length: int, impl: str, s: dict):
-    """One forward of the vanilla model over its whole window of ``length`` tokens (one
-    predicted token). ``reference`` materializes the L x L logits as the Transformers of
+def vanilla_call(length: int, impl: str, s: dict):
+    """``(fn, args)``: one forward of the vanilla model over its whole window of ``length``
+    tokens (one predicted token). ``reference`` materializes the L x L logits as the Transformers of
     2018-2019 did; ``chunked`` is FlashAttention-style (skips the masked half, never leaves
     cache-sized blocks)."""
     window = jnp.zeros((1, length), jnp.int32)
@@ -82,11 +82,16 @@ def vanilla_contender(length: int, impl: str, s: dict):
     vanilla = TransformerLM(cfg)
     params = vanilla.init(jax.random.key(0), window)["params"]
     fn = jax.jit(lambda p, x: vanilla.apply({"params": p}, x)[:, -1])
-    return lambda: fn(params, window)
+    return fn, (params, window)
 
 
-def xl_contender(length: int, tgt: int, impl: str, s: dict):
-    """One segment of ``tgt`` tokens of Transformer-XL over a full memory of
+def vanilla_contender(length: int, impl: str, s: dict):
+    fn, args = vanilla_call(length, impl, s)
+    return lambda: fn(*args)
+
+
+def xl_call(length: int, tgt: int, impl: str, s: dict):
+    """``(fn, args)``: one segment of ``tgt`` tokens of Transformer-XL over a full memory of
     ``length - tgt`` positions (``tgt`` predicted tokens), relative attention ``impl``."""
     mem = length - tgt
     xl_opts = (("clamp_len", -1), ("implementation", impl), ("mem_len", mem))
@@ -100,7 +105,12 @@ def xl_contender(length: int, tgt: int, impl: str, s: dict):
     memory = xl.init_memory(1)
     memory = (memory[0], jnp.ones_like(memory[1]))  # a full memory, as mid-stream
     fn = jax.jit(lambda p, t, m: xl.apply({"params": p}, t, m))
-    return lambda: fn(params, seg, memory)
+    return fn, (params, seg, memory)
+
+
+def xl_contender(length: int, tgt: int, impl: str, s: dict):
+    fn, args = xl_call(length, tgt, impl, s)
+    return lambda: fn(*args)
 
 
 def measure(length: int, s: dict) -> list[dict]:

@@ -228,8 +228,9 @@ def blockwise_attention(
 
     def logits(q_blk, k_blk):
         # [B, bq, H, D] x [B, bk, H, D] -> [B, H, bq, bk], statistics in float32.
-        s_ = jnp.einsum("bqhd,bkhd->bhqk", q_blk, k_blk, preferred_element_type=jnp.float32)
-        return s_ * scale
+        with jax.named_scope("content_scores"):
+            s_ = jnp.einsum("bqhd,bkhd->bhqk", q_blk, k_blk, preferred_element_type=jnp.float32)
+            return s_ * scale
 
     def forward(qp, kp, vp, aux):
         # Tables become constants here, not in the enclosing trace: a custom_vjp rule must
@@ -254,12 +255,13 @@ def blockwise_attention(
                 l = l * corr + p.sum(-1)
                 if keep is not None:
                     p = p * keep
-                pv = jnp.einsum(
-                    "bhqk,bkhd->bhqd",
-                    p.astype(vp.dtype),
-                    v_blk,
-                    preferred_element_type=jnp.float32,
-                )
+                with jax.named_scope("weighted_values"):
+                    pv = jnp.einsum(
+                        "bhqk,bkhd->bhqd",
+                        p.astype(vp.dtype),
+                        v_blk,
+                        preferred_element_type=jnp.float32,
+                    )
                 return m_new, l, acc * corr[..., None] + pv
 
             init = (

@@ -123,7 +123,8 @@ def attend_logits(
     check_dropout(dropout_rate, dropout_rng)
     probs, lse = masked_softmax(logits, valid, return_lse=True)
     probs = dropout(probs, dropout_rate, dropout_rng)
-    out = jnp.einsum(spec, probs.astype(v.dtype), v, preferred_element_type=jnp.float32)
+    with jax.named_scope("weighted_values"):
+        out = jnp.einsum(spec, probs.astype(v.dtype), v, preferred_element_type=jnp.float32)
     out = out if out_dtype is None else out.astype(out_dtype)
     return (out, lse) if return_lse else out
 

@@ -38,6 +38,7 @@ import functools
 import logging
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -143,16 +144,17 @@ def relative_attention(
         )  # fmt: skip
     scale = numerics.default_scale(scale, d)
     f32 = jnp.float32
-    ac_BHTS = jnp.einsum(
-        "bthd,bshd->bhts", q + r_w_bias.astype(q.dtype)[None, None], k, preferred_element_type=f32
-    )
-    bd_raw_BHTS = jnp.einsum(
-        "bthd,shd->bhts",
-        q + r_r_bias.astype(q.dtype)[None, None],
-        r.astype(q.dtype),
-        preferred_element_type=f32,
-    )
-    logits_BHTS = (ac_BHTS + rel_shift_gather(bd_raw_BHTS)) * scale
+    with jax.named_scope("content_scores"):
+        qw_BTHD = q + r_w_bias.astype(q.dtype)[None, None]
+        ac_BHTS = jnp.einsum("bthd,bshd->bhts", qw_BTHD, k, preferred_element_type=f32)
+    with jax.named_scope("position_scores"):
+        bd_raw_BHTS = jnp.einsum(
+            "bthd,shd->bhts",
+            q + r_r_bias.astype(q.dtype)[None, None],
+            r.astype(q.dtype),
+            preferred_element_type=f32,
+        )
+        logits_BHTS = (ac_BHTS + rel_shift_gather(bd_raw_BHTS)) * scale
     valid = masks_lib.dense_mask(b, t, s, causal=True, mask=mask, segment_ids=segment_ids)
     if same_length:
         dist_TS = (s - t) + jnp.arange(t)[:, None] - jnp.arange(s)[None, :]

@@ -133,9 +133,12 @@ def relative_blockwise_attention(
             k_blk = jax.lax.dynamic_slice_in_dim(kp, j0, bk, axis=1)
             v_blk = jax.lax.dynamic_slice_in_dim(vp, j0, bk, axis=1)
             r_blk = jax.lax.dynamic_slice_in_dim(rp, t - i1 + j0, nq_b + bk, axis=0)
-            ac = jnp.einsum("bqhd,bkhd->bhqk", qw_blk, k_blk, preferred_element_type=f32)
-            bd_raw = jnp.einsum("bqhd,whd->bhqw", qr_blk, r_blk, preferred_element_type=f32)
-            logits = (ac + shift_block(bd_raw, bk)) * scale
+            # Named scopes: the groups of experiments/transformer_xl/profile_eval.py.
+            with jax.named_scope("content_scores"):
+                ac = jnp.einsum("bqhd,bkhd->bhqk", qw_blk, k_blk, preferred_element_type=f32)
+            with jax.named_scope("position_scores"):
+                bd_raw = jnp.einsum("bqhd,whd->bhqw", qr_blk, r_blk, preferred_element_type=f32)
+                logits = (ac + shift_block(bd_raw, bk)) * scale
             k_pos = j0 + jnp.arange(bk)
             valid = (k_pos[None, :] < s) & (k_pos[None, :] <= m_len + q_pos[:, None])
             if same_length:
@@ -152,7 +155,10 @@ def relative_blockwise_attention(
             m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
             p = jnp.exp(logits - m_safe[..., None])
             corr = jnp.exp(m - m_safe)
-            pv = jnp.einsum("bhqk,bkhd->bhqd", p.astype(v.dtype), v_blk, preferred_element_type=f32)
+            with jax.named_scope("weighted_values"):
+                pv = jnp.einsum(
+                    "bhqk,bkhd->bhqd", p.astype(v.dtype), v_blk, preferred_element_type=f32
+                )
             return (m_new, l * corr + p.sum(-1), acc * corr[..., None] + pv), None
 
         init = (

@@ -106,10 +106,12 @@ def make_train_step(
             )
             xs = (jnp.arange(accum_steps), _microbatches(batch, accum_steps, mesh))
             (grads, sums), _ = jax.lax.scan(body, zeros, xs)
-        updates, opt_state = tx.update(grads, state["opt_state"], params)
-        new_params = optax.apply_updates(params, updates)
-        grad_norm = optax.tree.norm(grads)
-        param_norm = optax.tree.norm(new_params)
+        with jax.named_scope("optimizer"):
+            updates, opt_state = tx.update(grads, state["opt_state"], params)
+            new_params = optax.apply_updates(params, updates)
+        with jax.named_scope("metrics"):
+            grad_norm = optax.tree.norm(grads)
+            param_norm = optax.tree.norm(new_params)
         loss = sums["loss_sum"] / total_w
         metrics = {
             "loss": loss,

@@ -77,6 +77,7 @@ SLOW = [
     ("reformer/duplication.py", ["--scale", "smoke"]),
     ("data_throughput/run.py", ["--seconds", "0.2"]),
     ("train_throughput/run.py", ["--scale", "smoke"]),
+    ("transformer_xl/profile_eval.py", ["--scale", "smoke", "--lengths", "64", "--calls", "1"]),
 ]
 
 
@@ -107,6 +108,10 @@ def test_lra_speed_smoke(tmp_path):
         assert r["steps_per_s"] == pytest.approx(1.0 / r["step_s"])
     ref = next(r for r in rows if r["variant"] == "dense-reference")
     lin = next(r for r in rows if r["variant"] == "linformer")
+    # Timed interleaved in one run: one load record for the whole length, in the table.
+    assert ref["load"] == lin["load"] and isinstance(ref["noisy"], bool)
+    md = (tmp_path / "lra_speed_smoke.md").read_text()
+    assert "timed interleaved" in md and str(ref["load"]["loadavg_before"]) in md
     assert lin["speedup_vs_reference"] == pytest.approx(ref["step_s"] / lin["step_s"])
     assert lin["memory_vs_reference"] == pytest.approx(lin["peak_gb"] / ref["peak_gb"])
     for ext in ("json", "md", "png"):

@@ -95,6 +95,12 @@ def test_local_launcher_environment_and_fail_fast(tmp_path):
     assert env["JAX_COORDINATOR_ADDRESS"] == "127.0.0.1:1234"
     assert env["JAX_PROCESS_ID"] == "1" and env["JAX_NUM_PROCESSES"] == "2"
     assert "--xla_force_host_platform_device_count=4" in env["XLA_FLAGS"]
+    # The device count replaces a given one; other XLA flags of the caller are kept.
+    base = {
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=8 --xla_cpu_enable_fast_math=false"
+    }
+    flags = local.process_env(0, 2, 4, 1234, base=base)["XLA_FLAGS"].split()
+    assert flags == ["--xla_force_host_platform_device_count=4", "--xla_cpu_enable_fast_math=false"]
     # A failing process stops the others and its status is returned.
     code = local.launch(
         2,

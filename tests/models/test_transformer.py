@@ -41,12 +41,13 @@ def test_lm_is_causal(kw):
     cfg = _lm_cfg(**kw)
     model = TransformerLM(cfg)
     tok = _tokens(2, 32, cfg.vocab_size)
-    params = model.init(jax.random.key(0), tok)["params"]
-    logits = model.apply({"params": params}, tok)
+    params = jax.jit(model.init)(jax.random.key(0), tok)["params"]
+    apply = jax.jit(lambda x: model.apply({"params": params}, x))
+    logits = apply(tok)
     assert logits.shape == (2, 32, cfg.vocab_size) and logits.dtype == jnp.float32
     t = 13
     tok2 = tok.at[:, t + 1 :].set((tok[:, t + 1 :] + 5) % cfg.vocab_size)
-    logits2 = model.apply({"params": params}, tok2)
+    logits2 = apply(tok2)
     np.testing.assert_allclose(logits[:, : t + 1], logits2[:, : t + 1], atol=1e-5)
     assert not np.allclose(logits[:, t + 1 :], logits2[:, t + 1 :])
 
@@ -82,15 +83,16 @@ def test_classifier_ignores_padding_content(pooling):
     )
     model = TransformerClassifier(cfg)
     tok = _tokens(3, 20, cfg.vocab_size).at[:, 14:].set(0)
-    params = model.init(jax.random.key(0), tok)["params"]
-    logits = model.apply({"params": params}, tok)
+    params = jax.jit(model.init)(jax.random.key(0), tok)["params"]
+    apply = jax.jit(lambda x: model.apply({"params": params}, x))
+    logits = apply(tok)
     assert logits.shape == (3, 10)
     # Same real tokens, more padding: padding never changes the prediction.
     longer = jnp.concatenate([tok, jnp.zeros((3, 4), jnp.int32)], axis=1)
-    np.testing.assert_allclose(model.apply({"params": params}, longer), logits, atol=1e-5)
+    np.testing.assert_allclose(apply(longer), logits, atol=1e-5)
     # A real token change does change it.
     other = tok.at[:, 3].set((tok[:, 3] % 29) + 1)
-    assert not np.allclose(model.apply({"params": params}, other), logits)
+    assert not np.allclose(apply(other), logits)
 
 
 def test_per_layer_attention_cycle_and_options():

@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.conftest import TEST_XLA_FLAGS
+
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "configs" / "char_lm.py"
 
@@ -93,7 +95,7 @@ def tiny_config(corpus: dict, **extra):
 
 def subprocess_env(corpus: dict) -> dict:
     env = dict(os.environ)
-    env["XLA_FLAGS"] = ""  # one CPU device
+    env["XLA_FLAGS"] = TEST_XLA_FLAGS  # one CPU device; see tests/conftest.py
     env["JAX_PLATFORMS"] = "cpu"
     env["JAX_COMPILATION_CACHE_DIR"] = corpus["cache"]
     env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"

@@ -28,7 +28,7 @@ def test_workdir_path_forms(tmp_path, monkeypatch):
         paths.workdir_path("ftp://host/run")
 
 
-@pytest.mark.parametrize("form", ["relative", "home_symlink"])
+@pytest.mark.parametrize("form", ["relative", pytest.param("home_symlink", marks=pytest.mark.slow)])
 def test_main_evaluate_sample_with_workdir_as_written(corpus, helpers, tmp_path, form):
     """Train (checkpoints, validation, test, sample), then evaluate or sample, all with the
     same workdir string, from another current directory."""

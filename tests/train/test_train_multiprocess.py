@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.train.conftest import REPO, losses, main_command, subprocess_env
+from tests.train.conftest import REPO, TEST_XLA_FLAGS, losses, main_command, subprocess_env
 
 sys.path.insert(0, str(REPO))
 from launch import local  # noqa: E402
@@ -36,7 +36,7 @@ def _args(workdir, corpus, **extra):
 
 def _one_process(workdir, corpus, **extra):
     env = subprocess_env(corpus)
-    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count=8 {TEST_XLA_FLAGS}"
     code = local.launch(
         1, 8, _args(workdir, corpus, **extra), env=env, cwd=str(REPO), timeout_s=TIMEOUT_S
     )
@@ -103,6 +103,7 @@ def test_two_processes_validate_test_and_sample_like_one(corpus, reference_run, 
     assert len(result["sample"]) > 0
 
 
+@pytest.mark.slow  # 45 s; the fast suite compares two processes with one in the test above
 def test_two_processes_equal_one_and_checkpoint_moves_between_layouts(corpus, reference, tmp_path):
     # 2 x 4 for 3 steps (the schedule of a 5-step run), checkpoint at the stop.
     _two_processes(tmp_path, corpus, **{"train.stop_after": 3})
