@@ -152,7 +152,7 @@ def train(kind: str, sc: dict, seed: int = 0, log_every: int = 100):
         def loss_fn(p):
             logits = model.apply({"params": p}, tokens, rngs={"lsh": key})[:, :-1]
             nll = -jnp.take_along_axis(jax.nn.log_softmax(logits), tokens[:, 1:, None], -1)
-            return jnp.sum(nll[..., 0] * weights) / (weights.sum() * tokens.shape[0])
+            return jnp.sum(nll[..., 0] * weights[None, :]) / (weights.sum() * tokens.shape[0])
 
         loss, grads = jax.value_and_grad(loss_fn)(params)
         updates, opt_state = opt.update(grads, opt_state, params)

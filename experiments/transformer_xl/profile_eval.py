@@ -8,8 +8,8 @@ scope of each op), per predicted token:
 
 * the vanilla model with ``chunked`` (FlashAttention-style) dense attention, one forward
   over its window of L tokens per token;
-* Transformer-XL (blockwise relative attention) with segments of 80 tokens and of L / 2,
-  over a full memory of L - tgt positions;
+* Transformer-XL (blockwise relative attention) with segments of 80 tokens and of L / 2
+  (``eval_speed.SCALES``), over a full memory of L - tgt positions;
 * Transformer-XL with the materialized relative attention (``reference``), segments L / 2.
 
     python experiments/transformer_xl/profile_eval.py                 # L = 3,800
@@ -21,9 +21,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import eval_speed
-
 from seqjax import bench, op_profile
+from seqjax.configs import common as config_files
+
+# The contenders of the speed table, from the script beside this one.
+eval_speed = config_files.load_file(
+    Path(__file__).resolve().parent / "eval_speed.py", "xl_eval_speed", register=True
+)
 
 # (label, regex on the op's name scope), tried in order; see seqjax.op_profile.
 GROUPS = [
@@ -41,14 +45,16 @@ GROUPS = [
 
 
 def contenders(length: int, s: dict):
-    """``{name: (fn, args, tokens predicted per call)}`` of one attention length."""
-    half = length // 2
-    return {
-        "vanilla chunked": (*eval_speed.vanilla_call(length, "chunked", s), 1),
-        "XL blockwise, tgt 80": (*eval_speed.xl_call(length, 80, "blockwise", s), 80),
-        f"XL blockwise, tgt {half}": (*eval_speed.xl_call(length, half, "blockwise", s), half),
-        f"XL materialized, tgt {half}": (*eval_speed.xl_call(length, half, "reference", s), half),
-    }
+    """``{name: (fn, args, tokens predicted per call)}`` of one attention length: the
+    vanilla model, XL (blockwise) for each segment length of the scale (``eval_speed.SCALES``:
+    80 and L / 2 at ``cpu``), and XL with the materialized attention at the longest."""
+    tgts = [length // 2 if t == "half" else int(t) for t in s["tgts"]]
+    out = {"vanilla chunked": (*eval_speed.vanilla_call(length, "chunked", s), 1)}
+    for tgt in tgts:
+        out[f"XL blockwise, tgt {tgt}"] = (*eval_speed.xl_call(length, tgt, "blockwise", s), tgt)
+    last = tgts[-1]
+    out[f"XL materialized, tgt {last}"] = (*eval_speed.xl_call(length, last, "reference", s), last)
+    return out
 
 
 def profile_length(length: int, s: dict, calls: int) -> dict:
