@@ -133,7 +133,7 @@ def profile_ops(
       groups: ``(label, regex)`` pairs, tried in order on each op's ``op_name``; ops that
         match none go to ``"other"``.
       calls: calls traced (after one untraced warm-up call); times are per call.
-      log_dir: where the trace goes (default: a temporary directory).
+      log_dir: where the trace is kept (default: a temporary directory, removed).
       top: how many of the most expensive op names to list.
 
     Returns:
@@ -143,17 +143,19 @@ def profile_ops(
     compiled = fn.lower(*args).compile()
     ops = hlo_op_names(compiled.as_text())
     jax.block_until_ready(compiled(*args))
-    log_dir = log_dir or tempfile.mkdtemp(prefix="seqjax_profile_")
-    jax.profiler.start_trace(log_dir, create_perfetto_trace=True)
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        jax.block_until_ready(compiled(*args))
-    wall = (time.perf_counter() - t0) / calls
-    jax.profiler.stop_trace()
+    with tempfile.TemporaryDirectory(prefix="seqjax_profile_") as tmp:  # removed afterwards
+        trace_dir = log_dir or tmp
+        jax.profiler.start_trace(trace_dir, create_perfetto_trace=True)
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            jax.block_until_ready(compiled(*args))
+        wall = (time.perf_counter() - t0) / calls
+        jax.profiler.stop_trace()
+        events = _trace_events(trace_dir)
     patterns = [(label, re.compile(rx)) for label, rx in groups]
     by_group: dict[str, float] = collections.defaultdict(float)
     by_op: dict[str, float] = collections.defaultdict(float)
-    for event in _trace_events(log_dir):
+    for event in events:
         if event.get("ph") != "X" or event.get("name") not in ops:
             continue
         opcode, op_name = ops[event["name"]]

@@ -291,11 +291,10 @@ def run(scale: str, text: str, steps: int | None = None, eval_batches: int | Non
             "val_loss": evals[name](val),
         })  # fmt: skip
     by = {r["contender"]: r for r in rows if r["status"] == "ok"}
-    # Drift check: median ms/step of each tenth of the run, per contender.
     for r in by.values():
+        # Drift check: median ms/step of each tenth of the run.
         parts = np.array_split(np.asarray(timed["times"][r["contender"]]), min(10, steps - 1))
         r["ms_per_step_by_tenth"] = [round(1000.0 * float(np.median(x)), 1) for x in parts]
-    for r in by.values():
         r["speed_vs_peer"] = by[peer]["ms_per_step"] / r["ms_per_step"] if peer else None
     return {
         "scale": scale,

@@ -242,7 +242,6 @@ def main(argv=None) -> dict:
             print(f"T={t:6d} {name:16s} {row['status']:14s} "
                   f"{row.get('steps_per_s') or 0:8.3f} steps/s  {row['peak_gb'] or 0:7.3f} GB",
                   flush=True)  # fmt: skip
-        prepared.clear()
     add_ratios(rows)
     payload = {
         "scale": args.scale,
