@@ -4,7 +4,8 @@
 
 restores the newest complete checkpoint of a training workdir and prints the prompt
 followed by ``length`` generated characters (tokens). The decoding itself (KV cache, prefix
-recomputation, Transformer-XL memory as the cache) is ``seqjax.train.sampling``.
+recomputation, Transformer-XL memory as the cache) is ``seqjax.train.sampling``, reached
+through the run's task (``seqjax.tasks``): any task that ``generates`` can be sampled.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from absl import app, flags
 
 from seqjax import console
-from seqjax.train.sampling import sample_text
+from seqjax.train.sampling import sample_text  # noqa: F401 (the LM's library entry point)
 
 
 def main(argv):
@@ -31,16 +32,18 @@ def _main(argv):
     run, state, step = cli_inputs.restore(
         lambda s: setup.restore_latest(f.workdir, step=s), f.workdir, f.step
     )
-    if run.task != "lm":
+    task = run.task
+    if not task.generates:
+        from seqjax import tasks
+
+        able = ", ".join(n for n in tasks.names() if tasks.get(n).generates)
         raise cli_inputs.InputError(
-            f"--workdir={f.workdir} trained a {run.task} model; sampling needs a language model"
+            f"--workdir={f.workdir} trained a {task.name} model, which does not generate; "
+            f"sampling needs a task that does: {able}"
         )
     prompt = cli_inputs.usable_prompt(f.prompt, run.info.encode, run.info.decode) or "\n"
-    n_prompt = len(run.info.encode(prompt))
-    cli_inputs.check_window(
-        n_prompt, f.length, int(run.model_cfg.max_len), run.recurrence is not None
-    )
-    text = sample_text(
+    task.check_sample_inputs(run, prompt, f.length)
+    text = task.sample(
         run, state["params"], prompt, f.length, temperature=f.temperature, seed=f.seed
     )
     print(prompt + text)

@@ -1,9 +1,9 @@
 """The model a job config describes: ``TransformerConfig`` and the Flax module.
 
 ``config.model`` (an ``ml_collections.ConfigDict``) and the data's ``DataInfo`` (vocabulary,
-task, classes) give a ``TransformerConfig``; ``config.model.kind`` picks the module: the LM
-or the classifier, or a recurrent model (``seqjax.models.memory``) that declares how it is
-built.
+task, classes) give a ``TransformerConfig``; the data's task (``seqjax.tasks``) sets what is
+its own (causal or not, the classes) and picks the module (the LM, the classifier; the LM
+task builds a recurrent model, ``seqjax.models.memory``, when ``config.model.kind`` says so).
 """
 
 from __future__ import annotations
@@ -11,12 +11,7 @@ from __future__ import annotations
 import flax.linen as nn
 
 from seqjax.models import memory
-from seqjax.models.transformer import (
-    TransformerClassifier,
-    TransformerConfig,
-    TransformerLM,
-    attention_cycle,
-)
+from seqjax.models.transformer import TransformerConfig, attention_cycle
 
 
 def attention_options(config) -> dict:
@@ -28,9 +23,17 @@ def attention_options(config) -> dict:
 
 
 def model_config(config, info) -> TransformerConfig:
-    """``TransformerConfig`` from ``config.model`` and the data's ``DataInfo``."""
+    """``TransformerConfig`` from ``config.model`` and the data's ``DataInfo`` (its task's
+    ``model_config``)."""
+    from seqjax import tasks
+
+    return tasks.get(info.task).model_config(config, info)
+
+
+def transformer_config(config, info, *, causal: bool, num_classes: int = 0) -> TransformerConfig:
+    """``TransformerConfig`` from ``config.model``, the data's vocabulary and padding id, and
+    what the task sets: ``causal`` attention, ``num_classes`` (0: no classifier head)."""
     m = config.model
-    lm = info.task == "lm"
     return TransformerConfig(
         vocab_size=info.vocab_size,
         num_layers=m.num_layers,
@@ -48,21 +51,24 @@ def model_config(config, info) -> TransformerConfig:
         ff_chunk_size=m.ff_chunk_size,
         remat=m.remat,
         reversible=m.reversible,
-        causal=lm,
-        num_classes=0 if lm else int(info.num_classes),
+        causal=causal,
+        num_classes=num_classes,
         pooling=m.pooling,
         pad_id=info.pad_id,
     )
 
 
-def make_model(cfg: TransformerConfig, task: str, *, decode: bool = False) -> nn.Module:
-    """``TransformerLM`` for task 'lm', ``TransformerClassifier`` for 'classification'."""
-    if task == "lm":
-        return TransformerLM(cfg, decode=decode)
-    return TransformerClassifier(cfg)
+def make_model(cfg: TransformerConfig, task, *, decode: bool = False) -> nn.Module:
+    """The module of ``task`` (a name or a ``seqjax.tasks.Task``) for ``cfg``: e.g.
+    ``TransformerLM`` for 'lm', ``TransformerClassifier`` for 'classification'."""
+    from seqjax import tasks
+
+    return tasks.get(task).make_model(cfg, decode=decode)
 
 
-def build_model(config, cfg: TransformerConfig, task: str) -> nn.Module:
-    """The module that trains: the kind's recurrent model, else ``make_model``."""
-    rec = memory.recurrence(config)
-    return rec.train_model(cfg, config) if rec else make_model(cfg, task)
+def build_model(config, cfg: TransformerConfig, task) -> nn.Module:
+    """The module that trains, as ``task`` builds it (the LM task: a recurrent kind's model,
+    ``seqjax.models.memory``, else ``TransformerLM``)."""
+    from seqjax import tasks
+
+    return tasks.get(task).build_model(config, cfg)

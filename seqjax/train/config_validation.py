@@ -15,8 +15,9 @@ import jax
 import jax.numpy as jnp
 
 from seqjax import attention as attention_lib
+from seqjax import tasks
 from seqjax.data import api as data_api
-from seqjax.data.config import CLASSIFICATION_DATASETS, DATASETS, LM_DATASETS
+from seqjax.data.config import DATASETS
 from seqjax.models import memory
 from seqjax.models.transformer import DTYPES, POOLINGS, POSITIONALS
 from seqjax.train import flops, optim, sharding
@@ -31,11 +32,10 @@ def _mechanism_names(spec: str) -> list[str]:
 
 
 def input_length(config) -> int:
-    """Tokens per example the model sees (LM: seq_len; classifier: max_len [+1 for CLS])."""
-    d = config.data
-    if d.name in CLASSIFICATION_DATASETS:
-        return data_api.max_len(d) + (1 if config.model.pooling == "cls" else 0)
-    return int(d.seq_len)
+    """Tokens per example the model sees, as the data's task says (``seqjax.tasks``; LM:
+    seq_len; classifier: max_len [+1 for CLS]); ``data.seq_len`` for an unknown data set."""
+    task = tasks.for_data_config(config.data)
+    return task.input_length(config) if task else int(config.data.seq_len)
 
 
 def validate(config, *, num_devices: int | None = None, process_count: int | None = None):
@@ -93,11 +93,11 @@ def validate(config, *, num_devices: int | None = None, process_count: int | Non
     # ---- data (seqjax.data's own checks) vs model
     for field, value, valid in data_api.config_problems(d):
         bad(f"data.{field}", value, valid)
-    if d.name in DATASETS:
+    task = tasks.for_data_config(d)  # None for an unknown data set (reported above)
+    if d.name in DATASETS and task is not None:
         length = input_length(config)
         if length > m.max_len:
-            field = "data.max_len" if d.name in CLASSIFICATION_DATASETS else "data.seq_len"
-            bad(field, length, f"<= model.max_len={m.max_len} (or raise model.max_len)")
+            bad(task.length_field, length, f"<= model.max_len={m.max_len} (or raise model.max_len)")
         if m.ff_chunk_size and length % m.ff_chunk_size:
             bad("model.ff_chunk_size", m.ff_chunk_size, f"a divisor of the input length {length}")
         for name in names:
@@ -179,14 +179,8 @@ def validate(config, *, num_devices: int | None = None, process_count: int | Non
         flops.parse_profile_steps(t.get("profile_steps", ""))
     except ValueError as e:
         errors.append(str(e))
-    recurrent = memory.kinds().get(memory.kind(config)) is not None
-    if (
-        not recurrent
-        and t.sample_length
-        and d.name not in CLASSIFICATION_DATASETS
-        and t.sample_length > m.max_len
-    ):
-        bad("train.sample_length", t.sample_length, f"<= model.max_len={m.max_len}")
+    if task is not None:
+        task.validate(config, bad)  # what the data's task needs (LM: the sample length)
 
     # ---- model kind (Transformer-XL)
     _validate_kind(config, bad)
@@ -235,13 +229,14 @@ def _validate_values(config, bad, errors: list) -> None:
     temp = t.get("sample_temperature")
     if not isinstance(temp, numbers.Real) or not math.isfinite(temp) or temp < 0:
         bad("train.sample_temperature", temp, "a finite number >= 0 (0 = greedy)")
-    if errors or d.name not in DATASETS:
+    task = tasks.for_data_config(d)
+    if errors or d.name not in DATASETS or task is None:
         return  # option values are probed only on an otherwise valid config
     options = m.get("attention_options") or {}
     length = input_length(config)
     heads = m.num_heads
     head_dim = m.head_dim or m.d_model // heads
-    causal = d.name in LM_DATASETS
+    causal = task.causal
     for name in dict.fromkeys(_mechanism_names(m.attention)):
         mech = attention_lib.spec(name)
         if mech.module_params or mech.model_params or mech.shared_qk:

@@ -1,4 +1,5 @@
-"""Evaluation over a full split: loss, bits per character/byte, perplexity, accuracy.
+"""Evaluation over a full split: the task's summary (loss, accuracy; bits per
+character/byte and perplexity for LMs), then its optional decoding metrics.
 
 ``Evaluator(run)(params, split)`` runs inside the training loop (validation during training,
 test at the end) and behind ``python -m seqjax.evaluate``.
@@ -9,6 +10,10 @@ split is read as ``eval_batch_size`` contiguous streams (``lm_batching='stream'`
 segments of ``config.eval.tgt_len`` tokens, the memory (``config.eval.mem_len``, emptied at
 the start of every evaluation) carried from segment to segment, and every target token
 counted exactly once.
+
+The task (``seqjax.tasks``) gives the sums of a batch, the summary of a split's sums
+(``eval_summary``) and, after the loss pass, metrics that need decoding the whole split
+(``decode_metrics``, e.g. BLEU over beam-search outputs; none for the LM and the classifier).
 """
 
 from __future__ import annotations
@@ -20,7 +25,6 @@ import jax
 from tqdm import tqdm
 
 from seqjax import data as data_lib
-from seqjax.train import metrics as metrics_lib
 from seqjax.train import sharding
 from seqjax.train import step as step_lib
 
@@ -41,10 +45,13 @@ class Evaluator:
         replicated = jax.sharding.NamedSharding(run.mesh, jax.sharding.PartitionSpec())
         memory_sh = sharding.batch_sharding(run.mesh) if rec else None
         self._step = step_lib.jit_eval_step(
-            step_lib.make_eval_step(self.model), run.shardings["params"], memory_sh, run.mesh
+            step_lib.make_eval_step(self.model, run.task),
+            run.shardings["params"],
+            memory_sh,
+            run.mesh,
         )
         # Zeros made by one jitted program on every process, like each step after it.
-        self._zero_sums = jax.jit(step_lib.zero_sums, out_shardings=replicated)
+        self._zero_sums = jax.jit(run.task.zero_sums, out_shardings=replicated)
         # A recurrent model's memory at the start of a split: empty, sharded like a batch.
         self._empty_memory = (
             jax.jit(self.model.init_memory, static_argnums=0, out_shardings=memory_sh)
@@ -62,7 +69,9 @@ class Evaluator:
           show: a tqdm bar on process 0.
 
         Returns:
-          ``{'loss', 'accuracy', 'count', ['bits_per_char'|'bits_per_byte', 'perplexity']}``.
+          the task's ``eval_summary`` (LM: ``{'loss', 'accuracy', 'count',
+          'bits_per_char'|'bits_per_byte', 'perplexity'}``; classifier: the first three),
+          then its ``decode_metrics``.
         """
         config = self.run.config
         data_cfg = copy.deepcopy(config.data)
@@ -102,4 +111,7 @@ class Evaluator:
             bar.close()
             it.close()  # grain's threads and worker processes
         sums = jax.device_get(sums)
-        return metrics_lib.eval_summary(sums, self.run.task, config.data.get("vocab"))
+        task = self.run.task
+        summary = task.eval_summary(sums, config)
+        summary.update(task.decode_metrics(self.run, params, split, max_batches=max_batches))
+        return summary

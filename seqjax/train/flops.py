@@ -82,17 +82,20 @@ def mfu(flops_per_step: float, step_seconds: float, num_devices: int, device=Non
     return flops_per_step / step_seconds / (peak * num_devices)
 
 
-def train_flops_per_step(model_cfg, params, *, batch_size: int, seq_len: int, task: str) -> float:
+def train_flops_per_step(
+    model_cfg, params, *, batch_size: int, seq_len: int, tied_output: bool
+) -> float:
     """Analytic model FLOPs of one training step of a seqjax model (``analytic_lm_flops``).
 
-    Lookup-only tables: learned positions, and the token table unless it is tied to the
-    output (LM with ``tie_embeddings``). Attention is counted dense (``12 L T^2 d``) for every
+    Lookup-only tables: learned positions, and the token table unless ``tied_output`` (it
+    is also the output projection: an LM with ``tie_embeddings``; the task says,
+    ``seqjax.tasks.Task.flops_per_step``). Attention is counted dense (``12 L T^2 d``) for every
     mechanism, so a sparse model's MFU is its dense-equivalent utilization.
     """
     num_params = sum(int(x.size) for x in jax.tree.leaves(params))
     d = model_cfg.d_model
     lookup = model_cfg.max_len * d if model_cfg.positional == "learned" else 0
-    if task != "lm" or not model_cfg.tie_embeddings:
+    if not tied_output:
         lookup += model_cfg.vocab_size * d
     per_seq = analytic_lm_flops(
         num_params=num_params, lookup_params=min(lookup, num_params),

@@ -1,5 +1,7 @@
 """What the job shows and records: metrics.jsonl, TensorBoard events, a progress bar, and a
 description of the run (config, git commit, package versions, devices) written at start.
+
+What an evaluation reports is its task's (``seqjax.tasks.Task.eval_summary``).
 """
 
 from __future__ import annotations
@@ -24,17 +26,6 @@ from seqjax.train import paths
 def bits(nats_per_token: float) -> float:
     """Nats -> bits (bits per character/byte when a token is a character/byte)."""
     return nats_per_token / math.log(2.0)
-
-
-def eval_summary(sums: dict, task: str, vocab: str | None) -> dict:
-    """Loss, accuracy and, for LMs, bits per char/byte and perplexity from weighted sums."""
-    w = max(float(sums["weight_sum"]), 1.0)
-    loss = float(sums["loss_sum"]) / w
-    out = {"loss": loss, "accuracy": float(sums["correct_sum"]) / w, "count": float(w)}
-    if task == "lm":
-        out["bits_per_char" if vocab == "chars" else "bits_per_byte"] = bits(loss)
-        out["perplexity"] = math.exp(min(loss, 700.0))
-    return out
 
 
 class MetricWriter:
@@ -131,8 +122,8 @@ def write_run_info(workdir: str, config, extra: dict | None = None) -> dict:
 
 
 class Progress:
-    """Training progress on process 0: loss, one rate (steps/s and tokens/s, or examples/s
-    for classification) and the ETA from that rate.
+    """Training progress on process 0: loss, one rate (steps/s and the task's units per
+    second: tokens/s, examples/s for classification) and the ETA from that rate.
 
     On a terminal it is a tqdm bar; elsewhere (SLURM logs, sweeps, CI: ``sys.stderr`` is not
     a TTY) it prints a plain line every ``plain_every_s`` seconds and at the end, with no

@@ -204,14 +204,15 @@ def generate_xl(
 
 
 def sample_text(run, params, prompt: str, length: int, *, temperature=1.0, seed=0) -> str:
-    """Prompt string -> generated continuation (decoded), for a built LM run.
+    """Prompt string -> generated continuation (decoded), for a built LM run (the LM task's
+    ``sample``, ``seqjax.tasks.lm``).
 
     A recurrent model (``run.recurrence``) samples with ``generate_recurrent``, built with
     its evaluation lengths (``config.eval`` for Transformer-XL), the training ``seq_len`` as
     the prompt's segments.
     """
-    if run.task != "lm":
-        raise ValueError(f"sampling needs a language model; this run's task is {run.task!r}")
+    if not run.task.generates:
+        raise ValueError(f"sampling needs a task that generates; this run's task is {run.task}")
     ids = run.info.encode(prompt or "\n")
     rec = run.recurrence
     if rec is not None:

@@ -16,8 +16,9 @@ import ml_collections
 import optax
 
 from seqjax import data as data_lib
+from seqjax import tasks
 from seqjax.data import pipeline
-from seqjax.models import from_config, memory
+from seqjax.models import memory
 from seqjax.models.transformer import TransformerConfig
 from seqjax.train import checkpoint, config_validation, optim, paths, sharding, state
 
@@ -28,7 +29,9 @@ class Run:
 
     Attributes:
       config: the ConfigDict.
-      info: the data's vocabulary, task and encode/decode.
+      info: the data's vocabulary, task name and encode/decode.
+      task: the data's task (``seqjax.tasks``, configured from ``config``): batches, loss,
+        metrics, evaluation summary, generation.
       model: the Flax module that trains (LM, classifier or a recurrent model).
       tx: the optimizer.
       schedule: its learning-rate schedule.
@@ -43,6 +46,7 @@ class Run:
 
     config: ml_collections.ConfigDict
     info: data_lib.DataInfo
+    task: tasks.Task
     model: nn.Module
     tx: optax.GradientTransformation
     schedule: optax.Schedule
@@ -51,10 +55,6 @@ class Run:
     init: Callable[[], dict]
     recurrence: memory.Recurrence | None = None
     epoch_steps: int | None = None
-
-    @property
-    def task(self) -> str:
-        return self.info.task
 
     @property
     def model_cfg(self) -> TransformerConfig:
@@ -77,17 +77,18 @@ def build(config, *, validate: bool = True) -> Run:
         config_validation.validate(config)
     mesh = sharding.make_mesh(config.mesh)
     info = data_lib.info(config.data)
-    model_cfg = from_config.model_config(config, info)
+    task = tasks.for_run(config, info)
+    model_cfg = task.model_config(config, info)
     rec = memory.recurrence(config)
-    model = from_config.build_model(config, model_cfg, info.task)
+    model = task.build_model(config, model_cfg)
     tx, schedule = optim.make_optimizer(config.optimizer, config.train.num_steps)
-    input_shape = (1, config_validation.input_length(config) - (1 if _cls(config, info) else 0))
+    input_shapes = task.init_shapes(config, info)
     memory_batch = int(config.data.batch_size) if rec else 0
     abstract, _, init = state.create_state(
-        model, tx, input_shape, config.seed, mesh, memory_batch=memory_batch
+        model, tx, input_shapes, config.seed, mesh, memory_batch=memory_batch
     )
     epoch_steps = _stream_epoch_steps(config, info) if rec else None
-    return Run(config, info, model, tx, schedule, mesh, abstract, init, rec, epoch_steps)
+    return Run(config, info, task, model, tx, schedule, mesh, abstract, init, rec, epoch_steps)
 
 
 def _stream_epoch_steps(config, info) -> int:
@@ -96,10 +97,6 @@ def _stream_epoch_steps(config, info) -> int:
     n = int(info.split_sizes["train"])
     length = pipeline.LMStreams.stream_len(n, int(config.data.batch_size), True)
     return max(length // int(config.data.seq_len), 1)
-
-
-def _cls(config, info) -> bool:
-    return info.task == "classification" and config.model.pooling == "cls"
 
 
 def load_config(workdir: str) -> ml_collections.ConfigDict:

@@ -28,14 +28,17 @@ from seqjax.train.optim import make_optimizer, make_schedule  # noqa: F401 (re-e
 def init_fn(model, tx, input_shape, seed: int, memory_batch: int = 0):
     """A function ``() -> state`` whose parameters (and Adam moments) are logically boxed.
 
+    ``input_shape``: the shape of the int32 dummy input of ``model.init``, or a tuple of
+    such shapes, one per positional input (an encoder-decoder's source and target).
     ``memory_batch`` > 0 (a recurrent model): the state also holds the empty memory of
     that many rows (``model.init_memory``).
     """
 
     def init():
         params_rng, train_rng = jax.random.split(jax.random.PRNGKey(seed))
-        tokens = jnp.zeros(input_shape, jnp.int32)
-        params = model.init({"params": params_rng}, tokens)["params"]
+        shapes = input_shape if isinstance(input_shape[0], tuple | list) else (input_shape,)
+        inputs = [jnp.zeros(tuple(shape), jnp.int32) for shape in shapes]
+        params = model.init({"params": params_rng}, *inputs)["params"]
         state = {
             "params": params,
             "opt_state": tx.init(params),

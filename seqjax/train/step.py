@@ -1,7 +1,10 @@
 """The pure train and eval steps (jitted once by the loop with explicit shardings).
 
-Legend: B global batch, K accumulation micro-steps, T sequence length, V vocabulary,
-C classes.
+Legend: B global batch, K accumulation micro-steps.
+
+What a batch holds, how the model is applied to it and which sums it gives are the task's
+(``seqjax.tasks``: ``check_batch``, ``batch_sums``, ``train_metrics``); the steps here only
+accumulate, differentiate and update, the same for every task.
 
 Recurrent models (``seqjax.models.memory``; Transformer-XL, Dai et al. 2019, §3.2): the
 state's ``memory`` goes into the model with the segment and the model's new memory replaces
@@ -9,9 +12,9 @@ it in the new state; the memory is reset (emptied) whenever the contiguous train
 start over, since the text before the new segment is then not the text the memory holds.
 A model without memory takes the same path with ``memory=None``.
 
-Loss: token-weighted cross-entropy, ``sum_i w_i * CE_i / sum_i w_i`` over the whole global
-batch (``weights`` are 0 on padding), so gradient accumulation and any sharding give the
-same mean as one big batch.
+Loss: the task's weighted sum over the whole global batch divided by the total weight,
+``sum_i w_i * loss_i / sum_i w_i`` (``weights`` are 0 on padding), so gradient
+accumulation and any sharding give the same mean as one big batch.
 """
 
 from __future__ import annotations
@@ -20,27 +23,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from seqjax import tasks
 from seqjax.models import memory as memory_lib
 from seqjax.train import sharding
-
-
-def _sums(model, params, batch, rng, train: bool, memory=None):
-    """Weighted sums of the loss and of correct predictions, the weight total, and the new
-    memory (None for a model without memory; see ``seqjax.models.memory``)."""
-    kwargs = {"deterministic": not train}
-    rngs = {"dropout": rng} if train else {}
-    args = () if memory is None else (memory,)
-    out = model.apply({"params": params}, batch["inputs"], *args, rngs=rngs, **kwargs)
-    logits, new_memory = out if memory is not None else (out, None)
-    return _weighted(logits, batch), new_memory
-
-
-def _weighted(logits, batch):
-    # LM: logits [B, T, V] vs targets [B, T]; classifier: logits [B, C] vs targets [B].
-    ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch["targets"])
-    w = batch["weights"].astype(jnp.float32)
-    correct = (jnp.argmax(logits, -1) == batch["targets"]).astype(jnp.float32)
-    return {"loss_sum": (ce * w).sum(), "correct_sum": (correct * w).sum(), "weight_sum": w.sum()}
 
 
 def _microbatches(batch, k: int, mesh):
@@ -59,21 +44,23 @@ def _microbatches(batch, k: int, mesh):
 
 
 def make_train_step(
-    model, task: str, tx, schedule, *, accum_steps: int, mesh, epoch_steps: int | None = None
+    model, task, tx, schedule, *, accum_steps: int, mesh, epoch_steps: int | None = None
 ):
     """Returns ``train_step(state, batch) -> (state, metrics)`` (pure; jit it).
 
-    Metrics (float32 scalars): loss, accuracy, grad_norm, param_norm, learning_rate,
-    weight_sum (tokens or examples that counted), and ``finite`` (1.0 when the loss, the
-    gradients and the new parameters are all finite).
+    ``task`` is a ``seqjax.tasks.Task`` or a registered name. Metrics (float32 scalars): the
+    task's ``train_metrics`` (loss, accuracy for the LM and the classifier), grad_norm,
+    param_norm, learning_rate, weight_sum (tokens or examples that counted), and ``finite``
+    (1.0 when the loss, the gradients and the new parameters are all finite).
 
     A state with ``'memory'`` (a recurrent model) is threaded through ``model.apply``; the
     memory is emptied at steps that are multiples of ``epoch_steps`` (the streams restart).
     """
 
-    del task  # the loss is the same cross-entropy for every task
+    task = tasks.get(task)
 
     def train_step(state, batch):
+        task.check_batch(batch)  # at trace time: before anything compiles
         params, step = state["params"], state["step"]
         # Dropout key folded from the step: a resumed run draws the same masks.
         step_rng = jax.random.fold_in(state["rng"], step)
@@ -86,7 +73,7 @@ def make_train_step(
                 memory = memory_lib.reset(memory, step % epoch_steps == 0)
 
         def loss_of(p, mb, rng):
-            sums, new_memory = _sums(model, p, mb, rng, train=True, memory=memory)
+            sums, new_memory = task.batch_sums(model, p, mb, rng=rng, train=True, memory=memory)
             return sums["loss_sum"] / total_w, (sums, new_memory)
 
         grad_fn = jax.value_and_grad(loss_of, has_aux=True)
@@ -100,10 +87,7 @@ def make_train_step(
                 (_, (s, _)), g = grad_fn(params, mb, jax.random.fold_in(step_rng, i))
                 return jax.tree.map(jnp.add, carry, (g, s)), None
 
-            zeros = (
-                jax.tree.map(jnp.zeros_like, params),
-                {k: jnp.zeros((), jnp.float32) for k in ("loss_sum", "correct_sum", "weight_sum")},
-            )
+            zeros = (jax.tree.map(jnp.zeros_like, params), task.zero_sums())
             xs = (jnp.arange(accum_steps), _microbatches(batch, accum_steps, mesh))
             (grads, sums), _ = jax.lax.scan(body, zeros, xs)
         with jax.named_scope("optimizer"):
@@ -114,8 +98,7 @@ def make_train_step(
             param_norm = optax.tree.norm(new_params)
         loss = sums["loss_sum"] / total_w
         metrics = {
-            "loss": loss,
-            "accuracy": sums["correct_sum"] / total_w,
+            **task.train_metrics(sums, total_w),
             "grad_norm": grad_norm,
             "param_norm": param_norm,
             "learning_rate": jnp.asarray(schedule(step), jnp.float32),
@@ -135,31 +118,27 @@ def make_train_step(
     return train_step
 
 
-SUM_KEYS = ("loss_sum", "correct_sum", "weight_sum")
+def zero_sums(task) -> dict:
+    """The evaluation accumulator of ``task`` before the first batch (float32 zeros)."""
+    return tasks.get(task).zero_sums()
 
 
-def zero_sums() -> dict:
-    """The evaluation accumulator before the first batch (float32 zeros)."""
-    return {k: jnp.zeros((), jnp.float32) for k in SUM_KEYS}
-
-
-def _add(sums, new):
-    return {k: sums[k] + new[k] for k in SUM_KEYS}
-
-
-def make_eval_step(model):
-    """Returns ``eval_step(params, sums, memory, batch) -> (sums, new_memory)``: loss_sum,
-    correct_sum and weight_sum added to the running ``sums``; ``memory`` is None for a
-    model without memory, else carried by the caller from batch to batch (a stream).
+def make_eval_step(model, task):
+    """Returns ``eval_step(params, sums, memory, batch) -> (sums, new_memory)``: the task's
+    sums (``seqjax.tasks.Task.sum_keys``) added to the running ``sums``; ``memory`` is None
+    for a model without memory, else carried by the caller from batch to batch (a stream).
 
     The running sums go through the jitted step, so an evaluation is one identical program
     per batch on every process: no eager array op between steps that one process could run
     while another is already inside the next step's collectives.
     """
+    task = tasks.get(task)
 
     def eval_step(params, sums, memory, batch):
-        new, new_memory = _sums(model, params, batch, None, train=False, memory=memory)
-        return _add(sums, new), new_memory
+        task.check_batch(batch)  # at trace time
+        new, new_memory = task.batch_sums(model, params, batch, rng=None, train=False,
+                                          memory=memory)  # fmt: skip
+        return {k: sums[k] + new[k] for k in task.sum_keys}, new_memory
 
     return eval_step
 

@@ -1,0 +1,17 @@
+"""Tasks as plug-ins: what one kind of data (``DataInfo.task``) asks of the training system.
+
+    task = seqjax.tasks.get("lm")          # or seqjax.tasks.for_run(config, info)
+    model = task.build_model(config, task.model_config(config, info))
+    sums, _ = task.batch_sums(model, params, batch, rng=None, train=False)
+
+Files: ``base.py`` (``Task``: every hook and its default), ``registry.py`` (``register``,
+``get``, ``names``), ``losses.py`` (weighted loss sums), one file per task: ``lm.py``,
+``classification.py``. A new task is a new file (``docs/extending.md``, "A new task").
+"""
+
+from seqjax.tasks import losses
+from seqjax.tasks.base import SUM_KEYS, Task
+from seqjax.tasks.registry import for_data_config, for_run, get, names, register, unregister
+
+__all__ = ["SUM_KEYS", "Task", "for_data_config", "for_run", "get", "losses", "names",
+           "register", "unregister"]  # fmt: skip

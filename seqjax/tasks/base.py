@@ -1,0 +1,202 @@
+"""``Task``: what one kind of data asks of the training system (the base every task file
+subclasses; ``seqjax.tasks.registry`` picks one by ``DataInfo.task``).
+
+The training system calls a task in this order:
+
+* before the data are prepared (``seqjax.train.config_validation``): ``input_length``,
+  ``length_field``, ``causal`` and ``validate`` (a task is found from ``config.data.name``
+  through ``datasets``);
+* building the job (``seqjax.train.setup``): ``configure`` (config-dependent options such
+  as a label-smoothing epsilon), ``model_config``, ``build_model`` and ``init_shapes`` (the
+  dummy inputs that initialise the parameters);
+* every train and eval step (``seqjax.train.step``): ``check_batch`` (at trace time: before
+  anything compiles), ``batch_sums`` = ``apply`` then ``sums``; the train loss is
+  ``loss_sum / sum(weights)`` over the global batch and ``train_metrics`` turns the sums
+  into the logged metrics; ``zero_sums``/``sum_keys`` for accumulation;
+* evaluation (``seqjax.train.evaluator``): ``eval_summary`` of the summed split, then the
+  optional ``decode_metrics`` hook (metrics that need decoding a whole split, e.g. BLEU);
+* the loop's throughput and MFU: ``unit``, ``tokens_per_step``, ``flops_per_step``;
+* generation, where ``generates`` is True: ``sample`` (the loop's end-of-run sample and
+  ``python -m seqjax.sample``) after ``check_sample_inputs``.
+
+Every batch carries a ``'weights'`` field (float32, 0 on padding and on positions that do
+not count): the losses are weighted sums, so gradient accumulation and any sharding give
+the mean of one big batch.
+
+Legend: B batch, T input length, V vocabulary / classes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+
+from seqjax.tasks import losses
+
+SUM_KEYS = ("loss_sum", "correct_sum", "weight_sum")
+
+
+class Task:
+    """One task. Subclass it, set ``name`` (and what differs below), and ``register`` an
+    instance (``seqjax.tasks.register``). Defaults are the "one token sequence in, logits
+    out" form of the LM and the classifier.
+
+    Attributes:
+      name: the registry name, equal to the ``DataInfo.task`` the data produce.
+      datasets: the ``config.data.name`` values whose data are this task (config validation
+        finds the task from them before the data are prepared).
+      batch_fields: ``{field: (dtype, rank)}`` of every batch (``check_batch``).
+      sum_keys: the float32 scalar sums ``sums`` returns (``weight_sum`` among them).
+      unit: what ``tokens_per_step`` counts, shown in the progress line ('tok', 'ex').
+      causal: whether the model's attention is causal (config validation probes the
+        attention options with it).
+      length_field: the config field that sets ``input_length`` (named in errors).
+      generates: whether ``sample`` is implemented (``python -m seqjax.sample`` and the
+        loop's end-of-run sample ask this, never the name).
+    """
+
+    name: str = ""
+    datasets: tuple[str, ...] = ()
+    batch_fields: dict[str, tuple[str, int]] = {
+        "inputs": ("int32", 2),
+        "targets": ("int32", 2),
+        "weights": ("float32", 2),
+    }
+    sum_keys: tuple[str, ...] = SUM_KEYS
+    unit: str = "tok"
+    causal: bool = True
+    length_field: str = "data.seq_len"
+    generates: bool = False
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __repr__(self) -> str:
+        return f"<task {self.name!r}>"
+
+    def configure(self, config) -> Task:
+        """This task with options read from ``config`` (default: itself, no options)."""
+        del config
+        return self
+
+    # ---- config, before the data are prepared --------------------------------------------
+
+    def input_length(self, config) -> int:
+        """Tokens per example the model sees (checked against ``model.max_len``)."""
+        return int(config.data.seq_len)
+
+    def validate(self, config, bad) -> None:
+        """Calls ``bad(field, value, valid)`` for each config field wrong for this task."""
+        del config, bad
+
+    # ---- the model -----------------------------------------------------------------------
+
+    def model_config(self, config, info):
+        """The ``TransformerConfig`` of ``config.model`` for this task's data (``info``)."""
+        raise NotImplementedError(f"task {self.name!r} defines no model_config")
+
+    def make_model(self, model_cfg, *, decode: bool = False):
+        """The Flax module of ``model_cfg`` (``decode``: with a KV cache, for generation)."""
+        raise NotImplementedError(f"task {self.name!r} defines no make_model")
+
+    def build_model(self, config, model_cfg):
+        """The module that trains (default ``make_model``)."""
+        del config
+        return self.make_model(model_cfg)
+
+    def init_shapes(self, config, info) -> tuple:
+        """Shapes of the int32 dummy inputs passed to ``model.init`` (one per positional
+        input of the model's ``__call__``)."""
+        del info
+        return ((1, self.input_length(config)),)
+
+    # ---- batches, loss and metrics -------------------------------------------------------
+
+    def check_batch(self, batch) -> None:
+        """Raises ``ValueError`` naming the field when ``batch`` (numpy or traced arrays)
+        lacks a field of ``batch_fields``, has another, or one of the wrong dtype or rank."""
+        want = self.batch_fields
+        if set(batch) != set(want):
+            raise ValueError(
+                f"task {self.name!r} batches have the fields {sorted(want)}; got {sorted(batch)}"
+            )
+        for field, (dtype, rank) in want.items():
+            x = batch[field]
+            if jnp.dtype(x.dtype) != jnp.dtype(dtype) or len(x.shape) != rank:
+                raise ValueError(
+                    f"task {self.name!r}: batch[{field!r}] must be {dtype} of rank {rank}; "
+                    f"got {jnp.dtype(x.dtype).name} of shape {tuple(x.shape)}"
+                )
+
+    def apply(self, model, params, batch, *, rng, train: bool, memory=None):
+        """``(outputs, new_memory)`` of ``model`` on ``batch``: ``model.apply`` on
+        ``batch['inputs']`` (and the memory of a recurrent model, ``seqjax.models.memory``;
+        None otherwise), dropout on when ``train``."""
+        rngs = {"dropout": rng} if train else {}
+        args = () if memory is None else (memory,)
+        out = model.apply(
+            {"params": params}, batch["inputs"], *args, rngs=rngs, deterministic=not train
+        )
+        return out if memory is not None else (out, None)
+
+    def sums(self, outputs, batch) -> dict[str, Any]:
+        """Float32 scalar sums of one batch (``sum_keys``); default: weighted cross-entropy
+        and correct predictions of ``outputs`` (logits) against ``batch['targets']``."""
+        return losses.cross_entropy_sums(outputs, batch["targets"], batch["weights"])
+
+    def batch_sums(self, model, params, batch, *, rng, train: bool, memory=None):
+        """``(sums, new_memory)``: ``apply`` then ``sums``."""
+        outputs, new_memory = self.apply(model, params, batch, rng=rng, train=train,
+                                         memory=memory)  # fmt: skip
+        return self.sums(outputs, batch), new_memory
+
+    def zero_sums(self) -> dict[str, Any]:
+        """The accumulator before the first (micro-)batch: float32 zeros."""
+        return {k: jnp.zeros((), jnp.float32) for k in self.sum_keys}
+
+    def train_metrics(self, sums, total_weight) -> dict[str, Any]:
+        """Logged train metrics (before grad_norm, ...): ``loss`` = loss_sum / weights and
+        ``accuracy`` = correct_sum / weights."""
+        return {"loss": sums["loss_sum"] / total_weight,
+                "accuracy": sums["correct_sum"] / total_weight}  # fmt: skip
+
+    def eval_summary(self, sums, config) -> dict[str, float]:
+        """A split's summary from its (host) sums: loss, accuracy, count."""
+        del config
+        w = max(float(sums["weight_sum"]), 1.0)
+        loss = float(sums["loss_sum"]) / w
+        return {"loss": loss, "accuracy": float(sums["correct_sum"]) / w, "count": float(w)}
+
+    def decode_metrics(self, run, params, split: str, *, max_batches: int = 0) -> dict:
+        """Metrics that need decoding the whole split (BLEU/chrF over beam search), called by
+        the evaluator after the loss pass on every process; merged into its summary.
+        Default: none."""
+        del run, params, split, max_batches
+        return {}
+
+    # ---- throughput ----------------------------------------------------------------------
+
+    def tokens_per_step(self, config) -> int:
+        """``unit``s per training step (the progress rate and ``tokens_per_s``)."""
+        return int(config.data.batch_size) * self.input_length(config)
+
+    def flops_per_step(self, run) -> float:
+        """Analytic model FLOPs of one training step (``seqjax.train.flops``)."""
+        from seqjax.train import flops
+
+        return flops.train_flops_per_step(
+            run.model_cfg, run.abstract["params"], batch_size=run.config.data.batch_size,
+            seq_len=run.config.data.seq_len, tied_output=False,
+        )  # fmt: skip
+
+    # ---- generation ----------------------------------------------------------------------
+
+    def check_sample_inputs(self, run, prompt: str, length: int) -> None:
+        """Raises ``seqjax.train.cli_inputs.InputError`` for a prompt/length this run cannot
+        sample (before anything compiles)."""
+        del run, prompt, length
+
+    def sample(self, run, params, prompt: str, length: int, *, temperature=1.0, seed=0) -> str:
+        """The generated continuation of ``prompt`` (only where ``generates``)."""
+        raise NotImplementedError(f"task {self.name!r} does not generate")

@@ -1,0 +1,86 @@
+"""Decoder language modelling: next-token prediction on token windows (``DataInfo.task``
+'lm'); Vaswani et al. 2017 decoder-only, as trained by Radford et al. 2018 / Al-Rfou et
+al. 2019 for characters.
+
+Batches: ``inputs`` int32 ``[B, T]``, ``targets`` int32 ``[B, T]`` (the inputs shifted by
+one), ``weights`` float32 ``[B, T]``. The model is ``TransformerLM`` (causal), or a
+recurrent model (``seqjax.models.memory``: Transformer-XL) when ``config.model.kind`` says
+so. Evaluation reports bits per character (``data.vocab='chars'``) or per byte and
+perplexity; the task generates text (``seqjax.train.sampling``).
+
+Legend: B batch, T window length.
+"""
+
+from __future__ import annotations
+
+import math
+
+from seqjax.data.config import LM_DATASETS
+from seqjax.tasks import base, registry
+
+
+class LanguageModel(base.Task):
+    name = "lm"
+    datasets = LM_DATASETS
+    generates = True
+
+    def validate(self, config, bad) -> None:
+        from seqjax.models import memory
+
+        m, t = config.model, config.train
+        recurrent = memory.kinds().get(memory.kind(config)) is not None
+        if not recurrent and t.sample_length and t.sample_length > m.max_len:
+            bad("train.sample_length", t.sample_length, f"<= model.max_len={m.max_len}")
+
+    def model_config(self, config, info):
+        from seqjax.models import from_config
+
+        return from_config.transformer_config(config, info, causal=True, num_classes=0)
+
+    def make_model(self, model_cfg, *, decode: bool = False):
+        from seqjax.models.transformer import TransformerLM
+
+        return TransformerLM(model_cfg, decode=decode)
+
+    def build_model(self, config, model_cfg):
+        """A recurrent kind's model (Transformer-XL, with its memory), else ``TransformerLM``."""
+        from seqjax.models import memory
+
+        rec = memory.recurrence(config)
+        return rec.train_model(model_cfg, config) if rec else self.make_model(model_cfg)
+
+    def eval_summary(self, sums, config) -> dict:
+        """Adds bits per character/byte (loss / ln 2) and perplexity (exp loss)."""
+        from seqjax.train.metrics import bits
+
+        out = super().eval_summary(sums, config)
+        loss = out["loss"]
+        vocab = config.data.get("vocab")
+        out["bits_per_char" if vocab == "chars" else "bits_per_byte"] = bits(loss)
+        out["perplexity"] = math.exp(min(loss, 700.0))
+        return out
+
+    def flops_per_step(self, run) -> float:
+        """PaLM's ``6 N T + 12 L T^2 d`` per window; a tied token table is the logits matmul."""
+        from seqjax.train import flops
+
+        return flops.train_flops_per_step(
+            run.model_cfg, run.abstract["params"], batch_size=run.config.data.batch_size,
+            seq_len=run.config.data.seq_len, tied_output=run.model_cfg.tie_embeddings,
+        )  # fmt: skip
+
+    def check_sample_inputs(self, run, prompt: str, length: int) -> None:
+        from seqjax.train import cli_inputs
+
+        n_prompt = len(run.info.encode(prompt))
+        cli_inputs.check_window(
+            n_prompt, length, int(run.model_cfg.max_len), run.recurrence is not None
+        )
+
+    def sample(self, run, params, prompt: str, length: int, *, temperature=1.0, seed=0) -> str:
+        from seqjax.train import sampling
+
+        return sampling.sample_text(run, params, prompt, length, temperature=temperature, seed=seed)
+
+
+TASK = registry.register(LanguageModel())
