@@ -142,6 +142,11 @@ class MultiHeadAttention(nn.Module):
       max_len: the model's longest sequence, or None. Mechanisms whose defaults depend on
         the length (LSH's ``n_buckets``) derive them from it, so the padded length of an
         input never changes them.
+      cross_attention: keys/values come from a fixed context (an encoder's output, Vaswani
+        et al. 2017, §3.2.3 "encoder-decoder attention"). With ``decode=True`` they are
+        projected once per source, on the first decoding call, and kept in the cache
+        (``cross_key``/``cross_value`` ``[B, S, H, D]``, flag ``cross_ready``); later calls
+        read them back without touching the context.
     """
 
     num_heads: int
@@ -155,11 +160,15 @@ class MultiHeadAttention(nn.Module):
     param_dtype: Dtype = jnp.float32
     decode: bool = False
     max_len: int | None = None
+    cross_attention: bool = False
 
-    def _proj(self, name: str, x_BTE):
+    def _proj_module(self, name: str) -> HeadsProjection:
         return HeadsProjection(
             self.num_heads, self.head_dim, self.dtype, self.param_dtype, name=name
-        )(x_BTE)
+        )
+
+    def _proj(self, name: str, x_BTE):
+        return self._proj_module(name)(x_BTE)
 
     @nn.compact
     def __call__(
@@ -189,12 +198,18 @@ class MultiHeadAttention(nn.Module):
         mech = attention_lib.spec(self.mechanism)
         options = dict(self.options)
         attention_lib.check_options(self.mechanism, options)
-        if self.decode:
+        # Decoding caches: the growing self-attention KV cache, or cross-attention's fixed one.
+        self_cache = self.decode and not self.cross_attention
+        cross_cache = self.decode and self.cross_attention
+        if self_cache:
             check_decodable(self.mechanism, self.causal or self.mechanism == "causal")
         x_kv_BSE = x_BTE if x_kv_BSE is None else x_kv_BSE
         q_BTHD = self._proj("query", x_BTE)
-        k_BSHD = None if mech.shared_qk else self._proj("key", x_kv_BSE)
-        v_BSHD = self._proj("value", x_kv_BSE)
+        if cross_cache:
+            k_BSHD, v_BSHD = self._cross_cache(mech, x_kv_BSE)
+        else:
+            k_BSHD = None if mech.shared_qk else self._proj("key", x_kv_BSE)
+            v_BSHD = self._proj("value", x_kv_BSE)
         kwargs = dict(options)
         if mech.module_params is not None:
             kwargs.update(mech.module_params(self, q=q_BTHD, k=k_BSHD, v=v_BSHD, options=options))
@@ -203,10 +218,10 @@ class MultiHeadAttention(nn.Module):
             kwargs["dropout_rate"] = self.dropout_rate
             kwargs["dropout_rng"] = self.make_rng("dropout")
         causal = self.causal
-        if self.decode and not self.is_initializing():
+        if self_cache and not self.is_initializing():
             k_BSHD, v_BSHD, mask_BS = self._update_cache(k_BSHD, v_BSHD)
             causal = False  # the cache mask already hides future slots
-        elif self.decode:
+        elif self_cache:
             self._update_cache(k_BSHD, v_BSHD)  # creates the cache at full length
         out_BTHD = mech.fn(
             q_BTHD, k_BSHD, v_BSHD, causal=causal, mask=mask_BS, segment_ids=segment_ids, **kwargs
@@ -214,6 +229,28 @@ class MultiHeadAttention(nn.Module):
         return HeadsOutput(
             x_BTE.shape[-1], self.out_init_scale, self.dtype, self.param_dtype, name="out"
         )(out_BTHD)
+
+    def _cross_cache(self, mech, x_kv_BSE):
+        """Cross-attention keys/values projected from the context once per source: on the
+        first call after the cache is created (``cross_ready`` False), later read back."""
+        if mech.shared_qk:
+            raise ValueError(
+                f"cross-attention needs explicit keys; {self.mechanism!r} shares them with queries"
+            )
+        key, value = self._proj_module("key"), self._proj_module("value")
+        shape = (*x_kv_BSE.shape[:2], self.num_heads, self.head_dim)
+        ck = self.variable("cache", "cross_key", jnp.zeros, shape, self.dtype)
+        cv = self.variable("cache", "cross_value", jnp.zeros, shape, self.dtype)
+        ready = self.variable("cache", "cross_ready", lambda: jnp.zeros((), bool))
+        if self.is_initializing():  # creates the parameters; the cache stays empty
+            return key(x_kv_BSE), value(x_kv_BSE)
+        k_BSHD, v_BSHD = jax.lax.cond(
+            ready.value,
+            lambda: (ck.value, cv.value),
+            lambda: (key(x_kv_BSE).astype(self.dtype), value(x_kv_BSE).astype(self.dtype)),
+        )
+        ck.value, cv.value, ready.value = k_BSHD, v_BSHD, jnp.ones((), bool)
+        return k_BSHD, v_BSHD
 
     def _update_cache(self, k_B1HD, v_B1HD):
         """Writes one step's key/value into the cache; returns full cache and its mask."""
@@ -353,6 +390,9 @@ def residual_init_scale(cfg) -> float:
     return 1.0 / (2.0 * cfg.num_layers)
 
 
+NORM_POSITIONS = ("pre", "post")
+
+
 def attention_sublayer(
     cfg,
     layer: int,
@@ -361,34 +401,49 @@ def attention_sublayer(
     causal: bool,
     decode: bool = False,
     memory_BME=None,
+    context_BSE=None,
+    attention: tuple[str, tuple] | None = None,
     mask_BS=None,
     segment_ids=None,
     deterministic: bool = True,
     extra: dict | None = None,
+    norm_position: str = "pre",
     norm_name: str = "ln_attn",
     name: str = "attn",
 ):
-    """The attention branch of a pre-LN residual layer, ``Dropout(MHA(Norm(x)))``
-    (Vaswani et al. 2017, §3.2.2 and §5.4, normalization moved in front as in Child et al.
-    2019, §5.2); the caller adds the residual.
+    """The attention branch of a residual layer: ``Dropout(MHA(Norm(x)))`` (pre-LN, Vaswani
+    et al. 2017, §3.2.2 and §5.4, normalization moved in front as in Child et al. 2019,
+    §5.2) or ``Dropout(MHA(x))`` (post-LN, ``norm_position="post"``: ``residual`` then
+    normalizes the sum, Vaswani et al. 2017, §3.1); the caller adds the residual.
 
-    Layer ``layer`` uses ``cfg.layer_attention(layer)``. With ``memory_BME`` (``[B, M, E]``,
-    Transformer-XL, Dai et al. 2019, §3.2) queries come from ``x`` and keys/values from
-    ``Norm([memory; x])``; ``mask_BS`` then covers the ``M + T`` keys.
+    Layer ``layer`` uses ``cfg.layer_attention(layer)`` unless ``attention`` (``(mechanism,
+    options)``) overrides it. With ``memory_BME`` (``[B, M, E]``, Transformer-XL, Dai et al.
+    2019, §3.2) queries come from ``x`` and keys/values from ``Norm([memory; x])``;
+    ``mask_BS`` then covers the ``M + T`` keys. With ``context_BSE`` (``[B, S, E]``, an
+    encoder's output) it is cross-attention (Vaswani et al. 2017, §3.2.3): queries from
+    ``x``, keys/values from the context as it is, ``mask_BS`` its padding; with ``decode``
+    the context's keys/values are projected once per source (``MultiHeadAttention``).
 
     Returns:
       ``[B, T, E]`` in ``cfg.compute_dtype``.
     """
-    mechanism, options = cfg.layer_attention(layer)
-    ln = norm(name=norm_name)
-    if memory_BME is None:
-        h_BTE = ln(x_BTE).astype(cfg.compute_dtype)
-        h_kv_BSE = None
-    else:
+    mechanism, options = attention or cfg.layer_attention(layer)
+    _check_norm_position(norm_position)
+    pre = norm_position == "pre"
+    h_kv_BSE = None
+    if memory_BME is not None:
+        if not pre:
+            raise ValueError("Transformer-XL memory attention is pre-LN only")
         m = memory_BME.shape[1]
-        h_kv_BSE = ln(jnp.concatenate([memory_BME.astype(x_BTE.dtype), x_BTE], axis=1))
+        h_kv_BSE = norm(name=norm_name)(
+            jnp.concatenate([memory_BME.astype(x_BTE.dtype), x_BTE], axis=1)
+        )
         h_kv_BSE = h_kv_BSE.astype(cfg.compute_dtype)
         h_BTE = h_kv_BSE[:, m:]
+    else:
+        h_BTE = (norm(name=norm_name)(x_BTE) if pre else x_BTE).astype(cfg.compute_dtype)
+    if context_BSE is not None:
+        h_kv_BSE = context_BSE.astype(cfg.compute_dtype)
     h_BTE = MultiHeadAttention(
         num_heads=cfg.num_heads,
         head_dim=cfg.dim_head,
@@ -400,6 +455,7 @@ def attention_sublayer(
         dtype=cfg.compute_dtype,
         decode=decode,
         max_len=cfg.max_len,
+        cross_attention=context_BSE is not None,
         name=name,
     )(
         h_BTE,
@@ -413,16 +469,24 @@ def attention_sublayer(
 
 
 def feed_forward_sublayer(
-    cfg, x_BTE, *, deterministic: bool = True, norm_name: str = "ln_mlp", name: str = "mlp"
+    cfg,
+    x_BTE,
+    *,
+    deterministic: bool = True,
+    norm_position: str = "pre",
+    norm_name: str = "ln_mlp",
+    name: str = "mlp",
 ):
-    """The feed-forward branch of a pre-LN residual layer, ``Dropout(MLP(Norm(x)))``
-    (Vaswani et al. 2017, §3.3), applied in chunks of ``cfg.ff_chunk_size`` positions
-    (Kitaev et al. 2020, §3); the caller adds the residual.
+    """The feed-forward branch of a residual layer, ``Dropout(MLP(Norm(x)))`` (pre-LN) or
+    ``Dropout(MLP(x))`` (post-LN, see ``residual``) (Vaswani et al. 2017, §3.3), applied in
+    chunks of ``cfg.ff_chunk_size`` positions (Kitaev et al. 2020, §3); the caller adds the
+    residual.
 
     Returns:
       ``[B, T, E]`` in ``cfg.compute_dtype``.
     """
-    h_BTE = norm(name=norm_name)(x_BTE).astype(cfg.compute_dtype)
+    _check_norm_position(norm_position)
+    h_BTE = norm(name=norm_name)(x_BTE) if norm_position == "pre" else x_BTE
     h_BTE = Mlp(
         cfg.dim_ff,
         dropout_rate=cfg.dropout_rate,
@@ -430,8 +494,24 @@ def feed_forward_sublayer(
         chunk_size=cfg.ff_chunk_size,
         dtype=cfg.compute_dtype,
         name=name,
-    )(h_BTE, deterministic=deterministic)
+    )(h_BTE.astype(cfg.compute_dtype), deterministic=deterministic)
     return nn.Dropout(cfg.dropout_rate)(h_BTE, deterministic=deterministic)
+
+
+def residual(x_BTE, h_BTE, *, norm_position: str = "pre", norm_name: str | None = None):
+    """Adds a branch to the residual stream: ``x + h`` (pre-LN; the branch normalized its
+    input) or ``LayerNorm(x + h)`` (post-LN, Vaswani et al. 2017, §3.1: "LayerNorm(x +
+    Sublayer(x))"; the norm is created here under ``norm_name``, the name the pre-LN
+    branch gives its own norm, so both layouts have the same parameter tree)."""
+    _check_norm_position(norm_position)
+    if norm_position == "pre":
+        return x_BTE + h_BTE
+    return norm(name=norm_name)(x_BTE + h_BTE)
+
+
+def _check_norm_position(norm_position: str) -> None:
+    if norm_position not in NORM_POSITIONS:
+        raise ValueError(f"model.norm_position={norm_position!r} is not one of {NORM_POSITIONS}")
 
 
 class ScaledEmbed(nn.Embed):
@@ -442,7 +522,7 @@ class ScaledEmbed(nn.Embed):
         return super().__call__(tokens_BT) * jnp.sqrt(float(self.features))
 
 
-def token_embedding(cfg, name: str = "embed") -> ScaledEmbed:
+def token_embedding(cfg, name: str | None = "embed") -> ScaledEmbed:
     """The models' token embedding ``[V, E]``: std E^-1/2 and inputs scaled by sqrt(E)
     (Vaswani et al. 2017, §3.4), i.e. unit-size inputs and unit-size tied output logits at
     initialization."""

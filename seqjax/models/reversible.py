@@ -31,6 +31,13 @@ Decoding: at inference a reversible layer is two ordinary residual sublayers, so
 ``decode=True`` the stack runs them in order with KV-cached attention (no custom VJP);
 one token at a time then equals the full forward pass.
 
+Encoder-decoder (Kitaev et al. 2020, §5, the Reformer's translation model): with
+``cross=True`` each layer's F also attends to a context (the encoder's output ``[B, S, E]``,
+padding mask ``[B, S]``): ``F(x) = A(x) + C(x + A(x), context)``, A the causal
+self-attention half and C the cross-attention sublayer. F stays a function of ``x2`` (and
+the fixed context), so the layer inverts as before; the context's gradient is summed over
+the layers by the custom VJP (it travels with the layers' shared parameters).
+
 Legend: B batch, T sequence length, E model width.
 """
 
@@ -48,15 +55,28 @@ from seqjax.models import layers
 
 class AttentionHalf(nn.Module):
     """F(x) = Dropout(Attention(Norm(x))): the first half of a reversible layer, the shared
-    ``layers.attention_sublayer``."""
+    ``layers.attention_sublayer``; with ``cross`` also the cross-attention to a context
+    (``F(x) = A(x) + C(x + A(x), context)``, see module docstring; parameters ``ln_cross``,
+    ``cross_attn``)."""
 
     cfg: Any
     layer: int
     causal: bool
     decode: bool = False
+    cross: bool = False
+    cross_attention: tuple = ("dense", ())
 
     @nn.compact
-    def __call__(self, x_BTE, mask_BS, segment_ids, deterministic: bool, extra=None):
+    def __call__(
+        self,
+        x_BTE,
+        mask_BS,
+        segment_ids,
+        deterministic: bool,
+        extra=None,
+        context_BSE=None,
+        context_mask_BS=None,
+    ):
         h_BTE = layers.attention_sublayer(
             self.cfg,
             self.layer,
@@ -69,6 +89,20 @@ class AttentionHalf(nn.Module):
             extra=extra,
             norm_name="ln",
         )
+        if self.cross:
+            h_BTE = h_BTE + layers.attention_sublayer(
+                self.cfg,
+                self.layer,
+                x_BTE + h_BTE,
+                causal=False,
+                decode=self.decode,
+                context_BSE=context_BSE,
+                attention=self.cross_attention,
+                mask_BS=context_mask_BS,
+                deterministic=deterministic,
+                norm_name="ln_cross",
+                name="cross_attn",
+            )
         return h_BTE.astype(x_BTE.dtype)
 
 
@@ -96,30 +130,58 @@ class ReversibleStack(nn.Module):
         False differentiates the same function with plain autodiff (stores activations);
         used by tests to check the custom VJP's gradients.
       decode: KV-cache decoding, one token per call (plain forward, see module docstring).
+      cross: each layer also attends to ``context_BSE`` (encoder-decoder, module docstring)
+        with ``cross_attention`` (``(mechanism, options)``).
     """
 
     cfg: Any
     causal: bool
     recompute: bool = True
     decode: bool = False
+    cross: bool = False
+    cross_attention: tuple = ("dense", ())
 
     @nn.compact
-    def __call__(self, x_BTE, *, mask_BS=None, segment_ids=None, deterministic=True):
-        """Applies the stack to ``x_BTE`` ``[B, T, E]``; returns ``(y1 + y2) / 2``."""
+    def __call__(
+        self,
+        x_BTE,
+        *,
+        mask_BS=None,
+        segment_ids=None,
+        deterministic=True,
+        context_BSE=None,
+        context_mask_BS=None,
+    ):
+        """Applies the stack to ``x_BTE`` ``[B, T, E]``; returns ``(y1 + y2) / 2``.
+
+        ``context_BSE`` / ``context_mask_BS`` (``cross=True`` only): the encoder's output
+        ``[B, S, E]`` and its padding mask ``[B, S]`` (True = real).
+        """
         cfg = self.cfg
         n = cfg.num_layers
-        f_mods = [
-            AttentionHalf(cfg, i, self.causal, self.decode, name=f"attn_{i}") for i in range(n)
-        ]
+        if self.cross != (context_BSE is not None):
+            raise ValueError("ReversibleStack: pass context_BSE exactly when cross=True")
+        half = functools.partial(
+            AttentionHalf, cross=self.cross, cross_attention=self.cross_attention
+        )
+        f_mods = [half(cfg, i, self.causal, self.decode, name=f"attn_{i}") for i in range(n)]
         g_mods = [FeedForwardHalf(cfg, name=f"ff_{i}") for i in range(n)]
         shared = layers.shared_attention_params(self, self.cfg)
         extras = [shared.get(cfg.layer_attention(i), {}) for i in range(n)]
+        if self.cross:  # the context is differentiated like the shared parameters
+            extras = [(e, context_BSE) for e in extras]
+
+        def unpack(extra):
+            """``(shared parameters, context)`` of one layer's extra inputs."""
+            return extra if self.cross else (extra, None)
 
         # Initialization creates the parameters (and caches) with a plain forward pass;
         # decoding is inference, where the layers are ordinary sublayers with KV caches.
         if self.is_initializing() or self.decode:
             y1, y2 = _forward(
-                lambda i, x: f_mods[i](x, mask_BS, segment_ids, deterministic, extras[i]),
+                lambda i, x: f_mods[i](
+                    x, mask_BS, segment_ids, deterministic, *unpack(extras[i]), context_mask_BS
+                ),
                 lambda i, x: g_mods[i](x, deterministic),
                 n,
                 x_BTE,
@@ -132,8 +194,15 @@ class ReversibleStack(nn.Module):
         rngs = [self._layer_rngs(i, deterministic) for i in range(n)]
 
         def f(i, p, extra, x, rng):
-            return AttentionHalf(cfg, i, self.causal).apply(
-                {"params": p}, x, mask_BS, segment_ids, deterministic, extra, rngs=rng["f"]
+            return half(cfg, i, self.causal).apply(
+                {"params": p},
+                x,
+                mask_BS,
+                segment_ids,
+                deterministic,
+                *unpack(extra),
+                context_mask_BS,
+                rngs=rng["f"],
             )
 
         def g(p, x, rng):

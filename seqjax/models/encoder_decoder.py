@@ -1,0 +1,496 @@
+"""The encoder-decoder Transformer of Vaswani et al. 2017 (§3, Figure 1), Flax Linen.
+
+Legend: B batch, S source length, T target length, E model width, V shared vocabulary,
+H heads, D head dim.
+
+The encoder is N bidirectional layers (self-attention with the source padding masked, then
+feed-forward); the decoder is N layers of causal self-attention, cross-attention to the
+encoder output (§3.2.3) and feed-forward; logits are float32 ``[B, T, V]``. Every sublayer
+comes from ``seqjax.models.layers``: post-LN ``LayerNorm(x + Sublayer(x))`` as in the paper
+(§3.1) or pre-LN with a final norm per stack; the attention of each stack is a per-layer
+cycle of any registered mechanism (the decoder's must be causal), and with
+``reversible=True`` both stacks are reversible (the Reformer's encoder-decoder, Kitaev et
+al. 2020, §5; ``seqjax.models.reversible``). Token id 0 is padding and the decoder's start
+token (``shift_right``).
+
+Usage::
+
+    cfg = EncoderDecoderConfig(vocab_size=V, encoder_layers=6, decoder_layers=6)
+    model = EncoderDecoder(cfg)
+    params = model.init(key, source_BS, shift_right(targets_BT))["params"]
+    logits_BTV = model.apply({"params": params}, source_BS, shift_right(targets_BT))
+
+    encoded_BSE = model.apply({"params": params}, source_BS, method="encode")
+    logits_BTV = model.apply(
+        {"params": params}, encoded_BSE, source_BS, decoder_inputs_BT, method="decode_logits"
+    )
+
+(The full-sequence decoder method is ``decode_logits``: ``decode`` is the constructor flag,
+as for ``TransformerLM(cfg, decode=True)``.)
+
+Cached decoding, one target token per call (for greedy/beam search loops under ``jit``,
+``jax.lax.while_loop`` or ``scan``)::
+
+    cache = model.init_cache(batch_size, source_len)          # zeros, no parameters needed
+    tokens_B1 = jnp.zeros((batch_size, 1), jnp.int32)        # the start token (pad id 0)
+    for _ in range(max_target_len):
+        logits_BV, cache = model.step(params, cache, encoded_BSE, source_BS, tokens_B1)
+        tokens_B1 = jnp.argmax(logits_BV, -1)[:, None]
+
+``step`` is a pure function of its arguments. Its self-attention keeps a KV cache of
+``cfg.max_target_len`` positions (``TransformerLM``'s); its cross-attention projects the
+encoder output to keys/values once, on the first step, stores them in the cache and reads
+them back afterwards (``encoded_BSE`` is then unused). Every per-example cache leaf has the
+batch as its leading axis (``[B, L, H, D]`` keys/values, ``[B, S, H, D]`` cross keys/values);
+the others are scalars (position counters, the "cross keys ready" flag), so a beam search
+reorders beams with ``jax.tree.map(lambda c: c[idx] if c.ndim else c, cache)``. The
+decoder's self-attention must then be "dense" or "causal" (other mechanisms raise: their
+one-token outputs are not a function of cached keys).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from seqjax import attention as attention_lib
+from seqjax.attention import dense as dense_lib
+from seqjax.models import layers
+from seqjax.models.transformer import DTYPES, TransformerConfig, attention_cycle
+
+PAD_ID = 0
+POSITIONALS = ("sinusoidal", "learned")
+# Mechanisms an encoder-decoder stack cannot use, with the reason (config errors).
+_NOT_IN_ENCODER = {
+    "causal": "it masks the future, and the encoder is bidirectional (use 'dense')",
+    "relative": "Transformer-XL's relative attention needs its recurrent memory model",
+}
+_NOT_IN_DECODER = {
+    "linformer": "it has no causal form (its projected keys mix future positions)",
+    "relative": "Transformer-XL's relative attention needs its recurrent memory model",
+}
+
+
+def shift_right(targets_BT):
+    """Decoder inputs from targets: ``[0, y_1, ..., y_{T-1}]`` (0 = start token = pad id),
+    so position t predicts ``y_t`` from ``y_<t`` (Vaswani et al. 2017, §3.1 "offset by one
+    position")."""
+    return jnp.pad(targets_BT, ((0, 0), (1, 0)), constant_values=PAD_ID)[:, :-1]
+
+
+@dataclasses.dataclass(frozen=True)
+class EncoderDecoderConfig:
+    """Static hyper-parameters of ``EncoderDecoder`` (validated on construction).
+
+    Attributes:
+      vocab_size: V, one vocabulary for source and target (id 0 = padding / start).
+      encoder_layers, decoder_layers: N of each stack.
+      num_heads, d_model: H, E. head_dim: D, 0 means E // H. d_ff: 0 means 4 E.
+      max_source_len, max_target_len: longest source / target (positions, decode cache).
+      dropout_rate: P_drop on sublayer outputs and embedding sums (§5.4);
+        attention_dropout_rate: on attention probabilities.
+      encoder_attention: per-layer cycle ``((mechanism, options), ...)`` (``attention_cycle``;
+        a comma-separated string is accepted) of any registered mechanism but 'causal' and
+        'relative'.
+      decoder_attention: the decoder self-attention's cycle: causal mechanisms only (not
+        'linformer'); KV-cache decoding needs 'dense' or 'causal'.
+      cross_attention_implementation: dense cross-attention's implementation (``auto`` ...).
+      share_embeddings: source and target share one embedding (``embed``); else
+        ``source_embed`` and ``target_embed``.
+      tie_embeddings: output logits use the target embedding (§3.4), else a ``head`` matrix.
+      norm_position: "post" (the paper's LayerNorm(x + Sublayer(x))) or "pre".
+      positional: "sinusoidal" (§3.5) or "learned".
+      reversible: reversible layers in both stacks (pre-LN only).
+      ff_chunk_size: feed-forward over chunks of this many positions (0 = all).
+      dtype: compute dtype name; parameters stay float32.
+    """
+
+    vocab_size: int
+    encoder_layers: int = 2
+    decoder_layers: int = 2
+    num_heads: int = 4
+    d_model: int = 128
+    head_dim: int = 0
+    d_ff: int = 0
+    max_source_len: int = 256
+    max_target_len: int = 256
+    dropout_rate: float = 0.0
+    attention_dropout_rate: float = 0.0
+    encoder_attention: tuple = (("dense", ()),)
+    decoder_attention: tuple = (("dense", ()),)
+    cross_attention_implementation: str = "auto"
+    share_embeddings: bool = True
+    tie_embeddings: bool = True
+    norm_position: str = "post"
+    positional: str = "sinusoidal"
+    reversible: bool = False
+    ff_chunk_size: int = 0
+    dtype: str = "float32"
+
+    def __post_init__(self):
+        for field in ("encoder_attention", "decoder_attention"):
+            if isinstance(getattr(self, field), str):
+                object.__setattr__(self, field, attention_cycle(getattr(self, field)))
+        checks = {
+            "positional": (self.positional, POSITIONALS),
+            "norm_position": (self.norm_position, layers.NORM_POSITIONS),
+            "dtype": (self.dtype, tuple(DTYPES)),
+            "cross_attention_implementation": (
+                self.cross_attention_implementation,
+                dense_lib.IMPLEMENTATIONS,
+            ),
+        }
+        for field, (value, valid) in checks.items():
+            if value not in valid:
+                raise ValueError(f"model.{field}={value!r} is not one of {valid}")
+        for field in ("vocab_size", "encoder_layers", "decoder_layers", "num_heads", "d_model"):
+            if getattr(self, field) < 1:
+                raise ValueError(f"model.{field}={getattr(self, field)} must be >= 1")
+        for field in ("max_source_len", "max_target_len"):
+            if getattr(self, field) < 1:
+                raise ValueError(f"model.{field}={getattr(self, field)} must be >= 1")
+        if self.d_model % self.num_heads and not self.head_dim:
+            raise ValueError(
+                f"model.d_model={self.d_model} is not divisible by model.num_heads="
+                f"{self.num_heads}; set model.head_dim explicitly"
+            )
+        if self.reversible and self.norm_position == "post":
+            raise ValueError(
+                "model.norm_position='post' cannot be reversible (model.reversible=True): a "
+                "reversible layer adds F(x2) to x1 outside the sublayer, so LayerNorm(x + "
+                "Sublayer(x)) has no inverse; valid: norm_position='pre' with reversible"
+            )
+        stacks = (
+            ("encoder_attention", _NOT_IN_ENCODER, self.max_source_len),
+            ("decoder_attention", _NOT_IN_DECODER, self.max_target_len),
+        )
+        for field, refused, length in stacks:
+            cycle = getattr(self, field)
+            if not cycle:
+                raise ValueError(f"model.{field} names no mechanism")
+            valid = [n for n in attention_lib.names() if n not in refused]
+            for name, options in cycle:
+                mech = attention_lib.spec(name)
+                if name in refused:
+                    raise ValueError(
+                        f"model.{field}: {name!r} cannot be used here: {refused[name]}; "
+                        f"valid mechanisms: {valid}"
+                    )
+                attention_lib.check_options(name, dict(options))
+                if mech.validate is not None:
+                    mech.validate(dict(options), length)
+
+    def _stack(self, **kw) -> TransformerConfig:
+        return TransformerConfig(
+            vocab_size=self.vocab_size,
+            num_heads=self.num_heads,
+            d_model=self.d_model,
+            head_dim=self.head_dim,
+            d_ff=self.d_ff,
+            dropout_rate=self.dropout_rate,
+            attention_dropout_rate=self.attention_dropout_rate,
+            positional=self.positional,
+            tie_embeddings=self.tie_embeddings,
+            dtype=self.dtype,
+            ff_chunk_size=self.ff_chunk_size,
+            reversible=self.reversible,
+            pad_id=PAD_ID,
+            **kw,
+        )
+
+    def encoder_config(self) -> TransformerConfig:
+        """The encoder stack's view as the ``TransformerConfig`` the sublayers read."""
+        return self._stack(
+            num_layers=self.encoder_layers,
+            max_len=self.max_source_len,
+            attention=self.encoder_attention,
+            causal=False,
+        )
+
+    def decoder_config(self) -> TransformerConfig:
+        """The decoder stack's view (its self-attention cycle, target length)."""
+        return self._stack(
+            num_layers=self.decoder_layers,
+            max_len=self.max_target_len,
+            attention=self.decoder_attention,
+            causal=True,
+        )
+
+    @property
+    def cross_attention(self) -> tuple[str, tuple]:
+        """Cross-attention's ``(mechanism, options)``: dense (Vaswani et al. 2017, eq. 1)."""
+        return ("dense", (("implementation", self.cross_attention_implementation),))
+
+    @property
+    def compute_dtype(self):
+        return DTYPES[self.dtype]
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then feed-forward, each ``residual``-added (pre- or post-LN)."""
+
+    cfg: TransformerConfig
+    layer: int
+    norm_position: str
+
+    @nn.compact
+    def __call__(self, x_BSE, mask_BS, deterministic, extra):
+        pos = self.norm_position
+        h_BSE = layers.attention_sublayer(
+            self.cfg,
+            self.layer,
+            x_BSE,
+            causal=False,
+            mask_BS=mask_BS,
+            deterministic=deterministic,
+            extra=extra,
+            norm_position=pos,
+        )
+        x_BSE = layers.residual(x_BSE, h_BSE, norm_position=pos, norm_name="ln_attn")
+        h_BSE = layers.feed_forward_sublayer(
+            self.cfg, x_BSE, deterministic=deterministic, norm_position=pos
+        )
+        x_BSE = layers.residual(x_BSE, h_BSE, norm_position=pos, norm_name="ln_mlp")
+        return nn.with_logical_constraint(x_BSE, ("batch", "length", "embed"))
+
+
+class DecoderLayer(nn.Module):
+    """Causal self-attention, cross-attention to the encoder output, feed-forward (§3.1)."""
+
+    cfg: TransformerConfig
+    layer: int
+    norm_position: str
+    cross_attention: tuple
+    decode: bool = False
+
+    @nn.compact
+    def __call__(self, x_BTE, encoded_BSE, source_mask_BS, deterministic, extra):
+        pos = self.norm_position
+        h_BTE = layers.attention_sublayer(
+            self.cfg,
+            self.layer,
+            x_BTE,
+            causal=True,
+            decode=self.decode,
+            deterministic=deterministic,
+            extra=extra,
+            norm_position=pos,
+        )
+        x_BTE = layers.residual(x_BTE, h_BTE, norm_position=pos, norm_name="ln_attn")
+        h_BTE = layers.attention_sublayer(
+            self.cfg,
+            self.layer,
+            x_BTE,
+            causal=False,
+            decode=self.decode,
+            context_BSE=encoded_BSE,
+            attention=self.cross_attention,
+            mask_BS=source_mask_BS,
+            deterministic=deterministic,
+            norm_position=pos,
+            norm_name="ln_cross",
+            name="cross_attn",
+        )
+        x_BTE = layers.residual(x_BTE, h_BTE, norm_position=pos, norm_name="ln_cross")
+        h_BTE = layers.feed_forward_sublayer(
+            self.cfg, x_BTE, deterministic=deterministic, norm_position=pos
+        )
+        x_BTE = layers.residual(x_BTE, h_BTE, norm_position=pos, norm_name="ln_mlp")
+        return nn.with_logical_constraint(x_BTE, ("batch", "length", "embed"))
+
+
+class Stack(nn.Module):
+    """N encoder or decoder layers (standard or reversible), then the final norm (pre-LN).
+
+    Attributes:
+      cfg: the model's config. decoder: the decoder stack (else the encoder).
+      decode: KV-cache decoding (decoder only).
+    """
+
+    cfg: EncoderDecoderConfig
+    decoder: bool
+    decode: bool = False
+
+    @nn.compact
+    def __call__(self, x_BTE, mask_BS, deterministic, encoded_BSE=None, source_mask_BS=None):
+        cfg = self.cfg
+        view = cfg.decoder_config() if self.decoder else cfg.encoder_config()
+        if self.decode:
+            for name, _ in dict.fromkeys(view.attention):
+                layers.check_decodable(name, True)
+        if cfg.reversible:
+            from seqjax.models import reversible  # optional module (Reformer)
+
+            x_BTE = reversible.ReversibleStack(
+                view,
+                causal=self.decoder,
+                decode=self.decode,
+                cross=self.decoder,
+                cross_attention=cfg.cross_attention,
+                name="reversible",
+            )(
+                x_BTE,
+                mask_BS=mask_BS,
+                deterministic=deterministic,
+                context_BSE=encoded_BSE,
+                context_mask_BS=source_mask_BS,
+            )
+        else:
+            shared = layers.shared_attention_params(self, view)
+            for i in range(view.num_layers):
+                extra = shared.get(view.layer_attention(i))
+                if self.decoder:
+                    layer = DecoderLayer(
+                        view,
+                        i,
+                        cfg.norm_position,
+                        cfg.cross_attention,
+                        self.decode,
+                        name=f"layer_{i}",
+                    )
+                    x_BTE = layer(x_BTE, encoded_BSE, source_mask_BS, deterministic, extra)
+                else:
+                    layer = EncoderLayer(view, i, cfg.norm_position, name=f"layer_{i}")
+                    x_BTE = layer(x_BTE, mask_BS, deterministic, extra)
+        if cfg.norm_position == "pre":  # post-LN layers already end with a norm
+            x_BTE = layers.norm(name="ln_final")(x_BTE)
+        return x_BTE
+
+
+class EncoderDecoder(nn.Module):
+    """Vaswani et al. 2017's Transformer: ``(source [B, S], decoder inputs [B, T]) -> float32
+    logits [B, T, V]``; see the module docstring for the methods and cached decoding.
+
+    Attributes:
+      cfg: ``EncoderDecoderConfig``.
+      decode: one target token per ``decode_logits`` call with caches (the "cache"
+        collection); use ``init_cache`` / ``step``.
+    """
+
+    cfg: EncoderDecoderConfig
+    decode: bool = False
+
+    def setup(self):
+        cfg = self.cfg
+        view = cfg.encoder_config()
+        if cfg.share_embeddings:
+            self.embed = layers.token_embedding(view, name=None)
+            self.source_embed = self.target_embed = self.embed
+        else:
+            self.source_embed = layers.token_embedding(view, name=None)
+            self.target_embed = layers.token_embedding(view, name=None)
+        if cfg.positional == "learned":
+            init = nn.with_logical_partitioning(nn.initializers.normal(0.02), ("length", "embed"))
+            e = cfg.d_model
+            self.source_pos_embed = self.param("source_pos_embed", init, (cfg.max_source_len, e))
+            self.target_pos_embed = self.param("target_pos_embed", init, (cfg.max_target_len, e))
+        else:
+            self.source_pos_embed = self.target_pos_embed = None
+        self.embed_dropout = nn.Dropout(cfg.dropout_rate)
+        self.encoder = Stack(cfg, decoder=False)
+        self.decoder = Stack(cfg, decoder=True, decode=self.decode)
+        if not cfg.tie_embeddings:
+            self.head = nn.Dense(
+                cfg.vocab_size,
+                kernel_init=nn.with_logical_partitioning(layers.dense_init(), ("embed", "vocab")),
+                use_bias=False,
+            )
+        if self.decode:
+            self.target_position = self.variable(
+                "cache", "target_position", lambda: jnp.zeros((), jnp.int32)
+            )
+
+    def _embed(self, embed, pos_table, max_len, tokens_BT, positions_1T, deterministic):
+        """Token embedding (x sqrt(E)) + positions (§3.4-3.5), then dropout (§5.4)."""
+        if pos_table is None:
+            pos_table = jnp.asarray(layers.sinusoidal_positions(max_len, self.cfg.d_model))
+        x_BTE = embed(tokens_BT) + pos_table[positions_1T]
+        x_BTE = self.embed_dropout(x_BTE, deterministic=deterministic)
+        return nn.with_logical_constraint(x_BTE, ("batch", "length", "embed"))
+
+    def encode(self, source_BS, deterministic: bool = True):
+        """The encoder: source tokens ``[B, S]`` (0 = padding, masked) -> ``[B, S, E]``."""
+        cfg = self.cfg
+        _check_length("source", source_BS, cfg.max_source_len, "model.max_source_len")
+        positions_1S = jnp.arange(source_BS.shape[1])[None, :]
+        x_BSE = self._embed(
+            self.source_embed,
+            self.source_pos_embed,
+            cfg.max_source_len,
+            source_BS,
+            positions_1S,
+            deterministic,
+        )
+        return self.encoder(x_BSE, source_BS != PAD_ID, deterministic)
+
+    def decode_logits(self, encoded_BSE, source_BS, decoder_inputs_BT, deterministic=True):
+        """The decoder: ``(encoded [B, S, E], source [B, S], decoder inputs [B, T])`` ->
+        float32 logits ``[B, T, V]``; with ``decode=True`` one token (``T == 1``) per call
+        at the cached position."""
+        cfg = self.cfg
+        _check_length(
+            "decoder input", decoder_inputs_BT, cfg.max_target_len, "model.max_target_len"
+        )
+        positions_1T = jnp.arange(decoder_inputs_BT.shape[1])[None, :]
+        if self.decode and self.is_mutable_collection("cache") and not self.is_initializing():
+            positions_1T = positions_1T + self.target_position.value
+            self.target_position.value = self.target_position.value + decoder_inputs_BT.shape[1]
+        x_BTE = self._embed(
+            self.target_embed,
+            self.target_pos_embed,
+            cfg.max_target_len,
+            decoder_inputs_BT,
+            positions_1T,
+            deterministic,
+        )
+        x_BTE = self.decoder(
+            x_BTE, None, deterministic, encoded_BSE=encoded_BSE, source_mask_BS=source_BS != PAD_ID
+        )
+        x_BTE = x_BTE.astype(jnp.float32)
+        logits_BTV = self.target_embed.attend(x_BTE) if cfg.tie_embeddings else self.head(x_BTE)
+        return logits_BTV.astype(jnp.float32)
+
+    def __call__(self, source_BS, decoder_inputs_BT, *, deterministic: bool = True):
+        """Teacher-forced logits ``[B, T, V]`` (``decoder_inputs_BT = shift_right(targets)``)."""
+        encoded_BSE = self.encode(source_BS, deterministic)
+        return self.decode_logits(encoded_BSE, source_BS, decoder_inputs_BT, deterministic)
+
+    @nn.nowrap
+    def init_cache(self, batch_size: int, source_len: int) -> dict:
+        """An empty decoding cache for ``batch_size`` sequences and sources of ``source_len``
+        tokens (all zeros: no cached position, cross keys/values not yet projected). Built
+        abstractly (``jax.eval_shape``): allocates the cache only."""
+        model = EncoderDecoder(self.cfg, decode=True)
+        source_BS = jnp.ones((batch_size, source_len), jnp.int32)
+        targets_BT = jnp.ones((batch_size, self.cfg.max_target_len), jnp.int32)
+        shapes = jax.eval_shape(model.init, jax.random.key(0), source_BS, targets_BT)["cache"]
+        return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+    @nn.nowrap
+    def step(self, params, cache, encoded_BSE, source_BS, tokens_B1):
+        """One cached decoding step: the logits ``[B, V]`` (float32) of the next token after
+        ``tokens_B1`` ``[B, 1]`` (the previous output, or 0 at the start), and the new cache.
+
+        Pure and jit-compatible; the first call after ``init_cache`` projects the encoder
+        output to the cross-attention keys/values, later calls read them from the cache.
+        """
+        model = EncoderDecoder(self.cfg, decode=True)
+        logits_B1V, mutated = model.apply(
+            {"params": params, "cache": cache},
+            encoded_BSE,
+            source_BS,
+            tokens_B1,
+            method="decode_logits",
+            mutable=["cache"],
+        )
+        return logits_B1V[:, 0], mutated["cache"]
+
+
+def _check_length(what: str, tokens_BT, max_len: int, field: str) -> None:
+    if tokens_BT.ndim != 2:
+        raise ValueError(f"{what} tokens must be [batch, length]; got shape {tokens_BT.shape}")
+    if tokens_BT.shape[1] > max_len:
+        raise ValueError(f"{what} length {tokens_BT.shape[1]} exceeds {field}={max_len}")
