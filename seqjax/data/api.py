@@ -47,7 +47,7 @@ class DataInfo:
       num_classes: classes (classification), else None.
       pad_id: the padding id (0) where inputs are padded, else None.
       fingerprint: sha256 of the source bytes (of the generator spec for duplication).
-      split_sizes: tokens (LM) or examples (classification) per split.
+      split_sizes: tokens (LM) or examples (classification, seq2seq; None: endless) per split.
       encode: str -> int32 ids [n].
       decode: ids [n] -> str (sentencepiece/seq2seq: stops at EOS, drops pad and BOS).
       target_len: seq2seq: T of `targets`/`weights` [b, T] (max_target_len), else None.
