@@ -96,7 +96,7 @@ def config_problems(cfg) -> list[tuple[str, object, str]]:
         bad("name", cfg.get("name"), ", ".join(DATASETS))
     name = cfg.get("name")
     if cfg.get("vocab") not in VOCABS:
-        bad("vocab", cfg.get("vocab"), ", ".join(repr(v) for v in VOCABS))
+        bad("vocab", cfg.get("vocab"), " or ".join(repr(v) for v in VOCABS))
     elif name in TRANSLATION_DATASETS and cfg.vocab != "sentencepiece":
         bad("vocab", cfg.vocab, f"'sentencepiece' for {name} (a subword vocabulary)")
     if cfg.get("vocab") == "sentencepiece" and name not in CLASSIFICATION_DATASETS + (

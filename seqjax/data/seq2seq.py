@@ -3,7 +3,7 @@
 Batches (`DataInfo.task == 'seq2seq'`), S = `config.data.max_source_len`, T = `max_target_len`:
 
     {'inputs':  int32[b, S]   source ids + EOS, 0-padded,
-     'targets': int32[b, T]   target ids + EOS, 0-padded (the decoder input is BOS + targets[:-1]),
+     'targets': int32[b, T]   target ids + EOS, 0-padded (a decoder reads them shifted right),
      'weights': float32[b, T] 1 on real target tokens (EOS included), 0 on padding}
 
 Ids: 0 pad, 1 unk, 2 BOS, 3 EOS (`subword.py`). Lengths (the choice of Flax's WMT example):
@@ -83,6 +83,7 @@ def encoded(key: store.DatasetKey, split: str, opts: SpmOptions) -> tuple[Ragged
     return Ragged(v.encode_many(s)), Ragged(v.encode_many(t))
 
 
+@functools.lru_cache(maxsize=6)
 def kept(key: store.DatasetKey, opts: SpmOptions, S: int, T: int) -> np.ndarray:
     """Training examples whose source + EOS fits S and target + EOS fits T (indices)."""
     src, tgt = encoded(key, "train", opts)

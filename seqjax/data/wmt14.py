@@ -181,11 +181,16 @@ class SeqjaxWmt14Ende(_TranslationBuilder):
             files[valid_names[0]], files[valid_names[1]], f"{path} newstest2013"
         )
         test = []
+        # The source side from the 'src' file and the target from 'ref' where both exist (the
+        # pair sacrebleu's wmt14/full uses); segments are matched by (docid, segment id).
+        src_file, ref_file = TEST_FILES
+        prefer = {
+            c.source_lang: [src_file, ref_file],
+            c.target_lang: [ref_file, src_file],
+        }
         side = {
-            x: parse_sgm(
-                next(files[n] for n in test_names if n in files and n.endswith(f".{x}.sgm"))
-            )
-            for x in langs
+            x: parse_sgm(next(files[n.format(lang=x)] for n in names if n.format(lang=x) in files))
+            for x, names in prefer.items()
         }
         for k, s in side[c.source_lang].items():
             if k in side[c.target_lang]:

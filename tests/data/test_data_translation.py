@@ -275,6 +275,7 @@ def test_wmt14_builder_parses_the_release_formats(make_cfg, tmp_path):
         _tgz(manual / archive, {**extra, **members})
     docs_en = {"d1": ["Hello &amp; welcome .", "Second ."], "d2": ["Third one ."]}
     docs_de = {"d1": ["Hallo &amp; willkommen .", "Zweiter ."], "d2": ["Dritter ."]}
+    other = {"d1": ["x", "y"], "d2": ["z"]}
     _tgz(
         manual / "dev.tgz",
         {
@@ -282,6 +283,9 @@ def test_wmt14_builder_parses_the_release_formats(make_cfg, tmp_path):
             "dev/newstest2013.de": "Dev eins .\nDev zwei .\n",
             "dev/newstest2014-deen-src.en.sgm": _sgm("newstest2014", "en", docs_en, "src"),
             "dev/newstest2014-deen-ref.de.sgm": _sgm("newstest2014", "de", docs_de, "ref"),
+            # The de->en direction's files: not used for en->de (src.en / ref.de are).
+            "dev/newstest2014-deen-src.de.sgm": _sgm("newstest2014", "de", other, "src"),
+            "dev/newstest2014-deen-ref.en.sgm": _sgm("newstest2014", "en", other, "ref"),
         },
     )
     cfg = make_cfg(
