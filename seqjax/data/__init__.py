@@ -7,7 +7,8 @@
 Files: `config.py` (every field), `api.py` (make/info), `pipeline.py` (grain batch makers and the
 checkpointable iterator), `store.py` (prepare/read with TFDS), `corpora.py` (LM corpus builders),
 `classification.py` + `listops.py` (LRA tasks), `sources.py` (files, checksums, errors),
-`vocab.py` (bytes/chars).
+`vocab.py` (bytes/chars), `subword.py` (SentencePiece), `translation.py` + `wmt14.py`
+(translation builders), `seq2seq.py` (translation and copy/reverse batches).
 
 The heavy modules (TFDS, grain) load on first use of `make`/`info`, so worker processes that
 only need e.g. the ListOps generator start quickly.
@@ -22,6 +23,7 @@ _LAZY = {
     "DataInfo": "api",
     "info": "api",
     "make": "api",
+    "references": "api",
     "DataIterator": "pipeline",
     "ChecksumMismatchError": "sources",
     "SourceMissingError": "sources",

@@ -19,8 +19,14 @@ from pathlib import Path
 
 import numpy as np
 
-from seqjax.data import listops, pipeline, store
-from seqjax.data.config import CLASSIFICATION_DATASETS, DATASETS
+from seqjax.data import listops, pipeline, seq2seq, store, subword
+from seqjax.data.config import (
+    CLASSIFICATION_DATASETS,
+    DATASETS,
+    SEQ2SEQ_DATASETS,
+    TRANSLATION_DATASETS,
+    VOCABS,
+)
 from seqjax.data.sources import DataError
 from seqjax.data.vocab import Vocab
 
@@ -35,15 +41,20 @@ class DataInfo:
 
     Attributes:
       name: `config.data.name`.
-      task: 'lm' or 'classification'.
+      task: 'lm', 'classification' or 'seq2seq'.
       vocab_size: number of token ids (inputs are in [0, vocab_size)).
-      seq_len: T of the batches' `inputs` [b, T].
+      seq_len: T of the batches' `inputs` [b, T] (seq2seq: S = max_source_len).
       num_classes: classes (classification), else None.
       pad_id: the padding id (0) where inputs are padded, else None.
       fingerprint: sha256 of the source bytes (of the generator spec for duplication).
-      split_sizes: tokens (LM) or examples (classification) per split.
+      split_sizes: tokens (LM) or examples (classification, seq2seq; None: endless) per split.
       encode: str -> int32 ids [n].
-      decode: ids [n] -> str.
+      decode: ids [n] -> str (sentencepiece/seq2seq: stops at EOS, drops pad and BOS).
+      target_len: seq2seq: T of `targets`/`weights` [b, T] (max_target_len), else None.
+      bos_id, eos_id: sentencepiece and seq2seq: 2 and 3 (pad 0, unk 1), else None.
+      vocab_file: the SentencePiece model the batches were encoded with, else None.
+      vocab_fingerprint: sha256 of `vocab_file`, else None (record it with a run).
+      source_lang, target_lang: translation languages, else None.
     """
 
     name: str
@@ -56,6 +67,13 @@ class DataInfo:
     split_sizes: dict
     encode: Callable[[str], np.ndarray] = dataclasses.field(repr=False)
     decode: Callable[[np.ndarray], str] = dataclasses.field(repr=False)
+    target_len: int | None = None
+    bos_id: int | None = None
+    eos_id: int | None = None
+    vocab_file: str | None = None
+    vocab_fingerprint: str | None = None
+    source_lang: str | None = None
+    target_lang: str | None = None
 
 
 def _is_int(x) -> bool:
@@ -76,8 +94,48 @@ def config_problems(cfg) -> list[tuple[str, object, str]]:
 
     if cfg.get("name") not in DATASETS:
         bad("name", cfg.get("name"), ", ".join(DATASETS))
-    if cfg.get("vocab") not in ("bytes", "chars"):
-        bad("vocab", cfg.get("vocab"), "'bytes' or 'chars'")
+    name = cfg.get("name")
+    if cfg.get("vocab") not in VOCABS:
+        bad("vocab", cfg.get("vocab"), " or ".join(repr(v) for v in VOCABS))
+    elif name in TRANSLATION_DATASETS and cfg.vocab != "sentencepiece":
+        bad("vocab", cfg.vocab, f"'sentencepiece' for {name} (a subword vocabulary)")
+    if cfg.get("vocab") == "sentencepiece" and name not in CLASSIFICATION_DATASETS + (
+        "duplication",
+        "copy",
+        "reverse",
+    ):
+        if cfg.get("spm_model_type") not in subword.MODEL_TYPES:
+            bad("spm_model_type", cfg.get("spm_model_type"), "'bpe' or 'unigram'")
+        if not _is_int(cfg.get("vocab_size")) or not 262 <= cfg.vocab_size < 2**31:
+            bad("vocab_size", cfg.get("vocab_size"), "an integer >= 262 (4 special + 256 bytes)")
+        cov = cfg.get("spm_character_coverage")
+        if not isinstance(cov, numbers.Real) or isinstance(cov, bool) or not 0.98 <= cov <= 1:
+            bad("spm_character_coverage", cov, "a number in [0.98, 1]")
+        if not _is_int(cfg.get("spm_input_sentence_size")) or cfg.spm_input_sentence_size < 1:
+            bad("spm_input_sentence_size", cfg.get("spm_input_sentence_size"), "a positive integer")
+    if name in SEQ2SEQ_DATASETS:
+        for field in ("max_source_len", "max_target_len"):
+            if not _is_int(cfg.get(field)) or cfg.get(field) < 2:
+                bad(field, cfg.get(field), "an integer >= 2 (at least one id + EOS)")
+    if name in ("copy", "reverse"):
+        S, T = cfg.get("max_source_len"), cfg.get("max_target_len")
+        if _is_int(S) and _is_int(T) and T < S:
+            bad("max_target_len", T, f"an integer >= max_source_len={S} for {name}")
+        if not _is_int(cfg.get("copy_vocab_size")) or cfg.copy_vocab_size < 5:
+            bad("copy_vocab_size", cfg.get("copy_vocab_size"), "an integer >= 5 (4 special ids)")
+    if name in ("duplication", "copy", "reverse"):
+        if not _is_int(cfg.get("dup_eval_size")) or cfg.dup_eval_size < 1:
+            bad("dup_eval_size", cfg.get("dup_eval_size"), "a positive integer")
+    if name == "translation_jsonl":
+        h = cfg.get("heldout_fraction")
+        if not isinstance(h, numbers.Real) or isinstance(h, bool) or not 0 < h < 0.5:
+            bad("heldout_fraction", h, "a number 0 < heldout_fraction < 0.5")
+        if not isinstance(cfg.get("source_lang"), str) or not cfg.source_lang:
+            bad("source_lang", cfg.get("source_lang"), "a language field of the file, e.g. 'en'")
+    if name == "wmt14_ende":
+        pair = (cfg.get("source_lang"), cfg.get("target_lang") or None)
+        if pair not in (("en", "de"), ("en", None), ("de", "en"), ("de", None)):
+            bad("source_lang", pair[0], "'en' (target_lang 'de' or None) or 'de' (target 'en')")
     if cfg.get("lm_batching") not in ("random", "stream"):
         bad("lm_batching", cfg.get("lm_batching"), "'random' or 'stream'")
     for field in ("batch_size", "seq_len"):
@@ -136,6 +194,8 @@ def info(cfg) -> DataInfo:
     """Vocabulary, task and fingerprint of `config.data` (prepares the data set if needed)."""
     _check(cfg)
     name = cfg.name
+    if name in SEQ2SEQ_DATASETS:
+        return DataInfo(**seq2seq.info_fields(cfg))
     if name == "duplication":
         spec = json.dumps(["duplication", int(cfg.seed), int(cfg.dup_vocab_size)])
         return DataInfo(
@@ -174,11 +234,12 @@ def info(cfg) -> DataInfo:
         )
     if cfg.vocab == "chars":
         _check_decodable(cfg, key, meta)
-    vocab: Vocab = store.vocab(key, cfg.vocab)
+    kind = _vocab_kind(cfg)
+    vocab: Vocab | subword.SentencePieceVocab = store.vocab(key, kind)
     if cfg.vocab == "bytes":
         sizes = dict(meta["num_bytes"])
     else:
-        sizes = {s: len(store.tokens(key, s, "chars")) for s in SPLITS}
+        sizes = {s: len(store.tokens(key, s, kind)) for s in SPLITS}
     if cfg.lm_batching == "random" and sizes["train"] <= int(cfg.seq_len) + 1:
         raise DataError(_too_short(cfg, "train", sizes["train"], int(cfg.seq_len) + 2))
     for split in ("validation", "test"):  # evaluated after training: fail now, not then
@@ -194,7 +255,39 @@ def info(cfg) -> DataInfo:
         encode=vocab.encode,
         decode=vocab.decode,
         **common,
+        **_spm_fields(vocab),
     )
+
+
+def _vocab_kind(cfg):
+    """`store.vocab`'s kind: 'bytes', 'chars' or the SentencePiece options."""
+    return subword.options_of(cfg) if cfg.vocab == "sentencepiece" else cfg.vocab
+
+
+def _spm_fields(vocab) -> dict:
+    if not isinstance(vocab, subword.SentencePieceVocab):
+        return {}
+    return dict(
+        bos_id=subword.BOS_ID,
+        eos_id=subword.EOS_ID,
+        vocab_file=vocab.path,
+        vocab_fingerprint=vocab.fingerprint,
+    )
+
+
+def references(cfg, split: str, side: str = "target") -> list[str]:
+    """A translation split's raw strings, in the order of `make(cfg, split, train=False)` rows.
+
+    Row g of the evaluation batches (global row numbering: step * batch_size + row) is
+    `references(cfg, split)[g]`; rows past the end are zero-weight padding. Use these
+    untokenised, untruncated strings as the BLEU references (`side='source'`: the inputs).
+    """
+    _check(cfg)
+    if split not in SPLITS:
+        raise ValueError(f"split={split!r} is invalid; valid: {', '.join(SPLITS)}.")
+    if side not in ("source", "target"):
+        raise ValueError(f"side={side!r} is invalid; valid: 'source', 'target'.")
+    return seq2seq.references(cfg, split, side)
 
 
 def _what(cfg) -> str:
@@ -255,7 +348,9 @@ def make(cfg, *, split: str, process_index: int = 0, process_count: int = 1, tra
     Returns:
       A `DataIterator` yielding numpy dicts with per-process batch b = batch_size/process_count:
       LM `{'inputs': int32[b, T], 'targets': int32[b, T], 'weights': float32[b, T]}`;
-      classification `{'inputs': int32[b, max_len], 'targets': int32[b], 'weights': float32[b]}`.
+      classification `{'inputs': int32[b, max_len], 'targets': int32[b], 'weights': float32[b]}`;
+      seq2seq `{'inputs': int32[b, S], 'targets': int32[b, T], 'weights': float32[b, T]}`
+      (see `seq2seq.py`).
       It has `get_state() -> dict` and `set_state(dict)`, and `num_steps` (None when endless).
     """
     _check(cfg)
@@ -281,7 +376,10 @@ def make(cfg, *, split: str, process_index: int = 0, process_count: int = 1, tra
         "process_index": process_index,
         "process_count": process_count,
     }
-    if name == "duplication":
+    if name in SEQ2SEQ_DATASETS:
+        maker, num_steps, extra = seq2seq.maker(cfg, split, train, layout)
+        spec.update(extra)
+    elif name == "duplication":
         split_id = SPLITS.index(split)
         size = None if train else int(cfg.dup_eval_size)
         maker = pipeline.Duplication(
@@ -302,11 +400,12 @@ def make(cfg, *, split: str, process_index: int = 0, process_count: int = 1, tra
         spec.update(max_len=length, fingerprint=store.metadata(key)["fingerprint"])
     else:
         key = store.dataset_key(cfg)
-        tokens = _Tokens(key, split, cfg.vocab)
+        kind = _vocab_kind(cfg)
+        tokens = _Tokens(key, split, kind)
         n = len(tokens())
         spec.update(
             seq_len=T,
-            vocab=cfg.vocab,
+            vocab=cfg.vocab if isinstance(kind, str) else f"sentencepiece_{kind.tag}",
             lm_batching=cfg.lm_batching,
             fingerprint=store.metadata(key)["fingerprint"],
         )

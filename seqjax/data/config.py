@@ -14,9 +14,24 @@ import os
 import ml_collections
 from ml_collections import config_dict
 
-DATASETS = ("pystdlib", "text_file", "enwik8", "text8", "listops", "imdb_bytes", "duplication")
+DATASETS = (
+    "pystdlib",
+    "text_file",
+    "enwik8",
+    "text8",
+    "listops",
+    "imdb_bytes",
+    "duplication",
+    "translation_jsonl",
+    "wmt14_ende",
+    "copy",
+    "reverse",
+)
 LM_DATASETS = ("pystdlib", "text_file", "enwik8", "text8", "duplication")
 CLASSIFICATION_DATASETS = ("listops", "imdb_bytes")
+TRANSLATION_DATASETS = ("translation_jsonl", "wmt14_ende")
+SEQ2SEQ_DATASETS = (*TRANSLATION_DATASETS, "copy", "reverse")
+VOCABS = ("bytes", "chars", "sentencepiece")
 
 
 def _env(name: str):
@@ -29,9 +44,13 @@ def default_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     # Data set: one of DATASETS. 'pystdlib' (this Python's stdlib source, no download),
     # 'text_file' (files in `path`), 'enwik8'/'text8' (zips in `manual_dir` or downloaded),
-    # 'listops'/'imdb_bytes' (LRA classification), 'duplication' (Reformer's copy task).
+    # 'listops'/'imdb_bytes' (LRA classification), 'duplication' (Reformer's copy task);
+    # seq2seq: 'translation_jsonl' (pairs in the JSONL file `path`, e.g. software_l10n),
+    # 'wmt14_ende' (WMT14 En-De: newstest2013 validation, newstest2014 test), 'copy'/'reverse'
+    # (generated: target = the source or the source reversed).
     c.name = "pystdlib"
     # text_file: the input file(s), comma-separated; concatenated as bytes in this order.
+    # translation_jsonl: the JSONL file (gzipped or not), one {"en": ..., "de": ...} a line.
     c.path = config_dict.placeholder(str)
     # Folder with source archives (enwik8.zip, text8.zip, aclImdb_v1[_labeled].tar.gz), directly
     # or in a '<dataset>/' sub-folder (TFDS manual_dir). Default: env SEQJAX_DATA_DIR.
@@ -44,8 +63,19 @@ def default_config() -> ml_collections.ConfigDict:
     # Refuse known source files whose sha256 differs from the published one unless True.
     c.accept_checksum_mismatch = False
     # LM token vocabulary: 'bytes' (256 ids) or 'chars' (the training split's characters, e.g.
-    # 65 for tiny shakespeare, 27 for text8; plus <unk> if other splits have new characters).
+    # 65 for tiny shakespeare, 27 for text8; plus <unk> if other splits have new characters) or
+    # 'sentencepiece' (subwords trained on the training split and stored with the prepared data;
+    # ids 0 pad, 1 unk, 2 BOS, 3 EOS). Translation data sets need 'sentencepiece'.
     c.vocab = "bytes"
+    # vocab='sentencepiece': 'bpe' (Sennrich et al. 2016) or 'unigram' (Kudo 2018).
+    c.spm_model_type = "bpe"
+    # vocab='sentencepiece': number of ids, including the 4 special ids and the 256 byte pieces
+    # that spell characters the model lacks (so decode(encode(s)) == s always).
+    c.vocab_size = 8000
+    # vocab='sentencepiece': share of the characters that get their own piece (1.0: all).
+    c.spm_character_coverage = 1.0
+    # vocab='sentencepiece': most training sentences (lines) used; more are sub-sampled by seed.
+    c.spm_input_sentence_size = 1_000_000
     # LM and duplication: tokens per row T (batches are [batch, seq_len]). Duplication: the
     # whole `0 w 0 w` sequence, so |w| = seq_len / 2 - 1 (Reformer Table 2: 1024, |w| = 511).
     c.seq_len = 256
@@ -73,8 +103,21 @@ def default_config() -> ml_collections.ConfigDict:
     c.listops_num_procs = 0
     # Duplication: number of symbols including the separator 0 (w uses 1..dup_vocab_size-1).
     c.dup_vocab_size = 128
-    # Duplication: sequences in the validation and test sets (training is endless).
+    # Duplication, copy, reverse: sequences in the validation and test sets (training is endless).
     c.dup_eval_size = 1_024
+    # Seq2seq: source ids + EOS per row (`inputs` [batch, max_source_len]). Longer pairs are left
+    # out of training and cut (first max_source_len-1 ids + EOS) for evaluation.
+    c.max_source_len = 128
+    # Seq2seq: target ids + EOS per row (`targets`, `weights` [batch, max_target_len]).
+    c.max_target_len = 128
+    # Translation: the source language field, and the target one (None: the file's one other
+    # language field, e.g. 'de' in software_l10n/en-de.jsonl.gz; wmt14_ende: en->de or de->en).
+    c.source_lang = "en"
+    c.target_lang = config_dict.placeholder(str)
+    # translation_jsonl: share of the source strings (by sha256) in validation, and again in test.
+    c.heldout_fraction = 0.01
+    # copy/reverse: number of ids including the 4 special ones (symbols 4..copy_vocab_size-1).
+    c.copy_vocab_size = 32
     # grain worker processes (0: batches are made in this process); batches do not depend on it.
     c.num_workers = 0
     # Batches prepared ahead of the training loop (grain prefetch buffer).

@@ -91,6 +91,20 @@ KNOWN_SOURCES: dict[str, KnownSource] = {
         5_492_038,
         "Linux 6.1 UAPI headers concatenated (../shared/data/linux_uapi/)",
     ),
+    "software_l10n/en-de.jsonl.gz": KnownSource(
+        "en-de.jsonl.gz",
+        "",
+        "c4ae7781fdb27133e344e4e73d98fbf591246e5bd8c5f0664c58f44a4e2321fd",
+        1_285_056,
+        "Debian 12 gettext catalogues, English-German pairs (../shared/data/software_l10n/)",
+    ),
+    "software_l10n/en-fr.jsonl.gz": KnownSource(
+        "en-fr.jsonl.gz",
+        "",
+        "e6d0dcd17d501304e8482ec26121733e2f4d0da5936f367efdba1f129300ac42",
+        1_588_211,
+        "Debian 12 gettext catalogues, English-French pairs (../shared/data/software_l10n/)",
+    ),
 }
 
 

@@ -17,7 +17,7 @@ import os
 import numpy as np
 import tensorflow_datasets as tfds
 
-from seqjax.data import classification, corpora, listops, sources
+from seqjax.data import classification, corpora, listops, sources, subword, translation, wmt14
 from seqjax.data import vocab as vocab_lib
 
 # config.data.name -> TFDS builder name (classes in corpora.py and classification.py).
@@ -28,6 +28,8 @@ TFDS_NAMES = {
     "text8": "seqjax_text8",
     "listops": "seqjax_listops",
     "imdb_bytes": "seqjax_imdb_bytes",
+    "translation_jsonl": "seqjax_translation_jsonl",
+    "wmt14_ende": "seqjax_wmt14_ende",
 }
 _BUILDERS = {
     "seqjax_pystdlib": corpora.SeqjaxPystdlib,
@@ -36,6 +38,8 @@ _BUILDERS = {
     "seqjax_text8": corpora.SeqjaxText8,
     "seqjax_listops": classification.SeqjaxListops,
     "seqjax_imdb_bytes": classification.SeqjaxImdbBytes,
+    "seqjax_translation_jsonl": translation.SeqjaxTranslationJsonl,
+    "seqjax_wmt14_ende": wmt14.SeqjaxWmt14Ende,
 }
 
 
@@ -87,6 +91,10 @@ def dataset_key(cfg) -> DatasetKey:
         )
     elif name == "listops":
         config = classification.listops_config(listops_spec(cfg), int(cfg.listops_num_procs))
+    elif name == "translation_jsonl":
+        config = translation.translation_jsonl_config(cfg)
+    elif name == "wmt14_ende":
+        config = wmt14.wmt14_config(cfg)
     else:
         config = None
     return DatasetKey(
@@ -167,10 +175,24 @@ def source(key: DatasetKey, split: str):
     )
 
 
-def vocab(key: DatasetKey, kind: str) -> vocab_lib.Vocab:
-    """The byte or char vocabulary of an LM corpus."""
+def vocab(key: DatasetKey, kind):
+    """The vocabulary of an LM corpus: kind 'bytes', 'chars' or a `subword.SpmOptions`.
+
+    A SentencePiece model is trained on the training split's lines on first use and stored
+    beside the prepared files (`subword.model_path`).
+    """
     if kind == "bytes":
         return vocab_lib.Vocab("bytes")
+    if isinstance(kind, subword.SpmOptions):
+        path = subword.model_path(
+            key.data_dir, key.tfds_name, key.config_name, metadata(key)["fingerprint"], kind
+        )
+
+        def lines():
+            text = bytes(tokens(key, "train", "bytes")).decode("utf-8", errors="replace")
+            return text.splitlines(keepends=True)
+
+        return subword.SentencePieceVocab(subword.ensure_model(path, lines, kind))
     meta = metadata(key)
     return vocab_lib.Vocab("chars", tuple(meta["char_vocab"]), bool(meta["char_unk"]))
 
@@ -192,8 +214,8 @@ def corrupt_cache_error(key: DatasetKey, e: BaseException) -> sources.DataError:
 
 
 @functools.lru_cache(maxsize=6)
-def tokens(key: DatasetKey, split: str, kind: str) -> np.ndarray:
-    """A whole LM split as token ids `[n]` (uint8 for bytes, uint16 for chars)."""
+def tokens(key: DatasetKey, split: str, kind) -> np.ndarray:
+    """A whole LM split as token ids `[n]` (uint8 bytes, uint16 chars/subwords; see `vocab`)."""
     src = source(key, split)
     try:
         records = src.__getitems__(list(range(len(src))))

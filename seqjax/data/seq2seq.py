@@ -1,0 +1,319 @@
+"""Sequence-to-sequence data: translation batches and the copy/reverse smoke tasks.
+
+Batches (`DataInfo.task == 'seq2seq'`), S = `config.data.max_source_len`, T = `max_target_len`:
+
+    {'inputs':  int32[b, S]   source ids + EOS, 0-padded,
+     'targets': int32[b, T]   target ids + EOS, 0-padded (a decoder reads them shifted right),
+     'weights': float32[b, T] 1 on real target tokens (EOS included), 0 on padding}
+
+Ids: 0 pad, 1 unk, 2 BOS, 3 EOS (`subword.py`). Lengths (the choice of Flax's WMT example):
+training drops pairs whose source or target (+ EOS) exceed S or T (the count is logged);
+evaluation keeps every pair, cutting a long one to its first S-1 (T-1) ids + EOS, so losses cover
+the whole split, and BLEU is computed against the untruncated `references(cfg, split)`.
+
+Row order is the grain layout of `pipeline.py`: training reads example `perm_e[g mod N]` of the
+kept examples for global row g (epoch `e = g // N`, seeded permutation per epoch); evaluation
+reads example g once and pads the last batch with zero-weight rows.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import math
+
+import numpy as np
+
+from seqjax.data import store, subword, translation
+from seqjax.data.pipeline import _Maker, hash_u64
+from seqjax.data.subword import EOS_ID, SpmOptions
+
+TRANSLATION_DATASETS = ("translation_jsonl", "wmt14_ende")
+SYNTHETIC_DATASETS = ("copy", "reverse")
+NUM_SPECIAL = 4  # pad, unk, bos, eos: copy/reverse symbols are 4 .. copy_vocab_size-1
+
+
+@functools.lru_cache(maxsize=6)
+def texts(key: store.DatasetKey, split: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """`(sources, targets)`: every pair of a split as raw strings, in the split's order."""
+    src = store.source(key, split)
+    try:
+        records = src.__getitems__(list(range(len(src))))
+    except Exception as e:  # array_record/Riegeli errors of damaged files
+        raise store.corrupt_cache_error(key, e) from e
+    return (
+        tuple(translation.as_str(r["source"]) for r in records),
+        tuple(translation.as_str(r["target"]) for r in records),
+    )
+
+
+def vocab(key: store.DatasetKey, opts: SpmOptions) -> subword.SentencePieceVocab:
+    """The joint source+target SentencePiece model of the training split (trained once)."""
+    fingerprint = store.metadata(key)["fingerprint"]
+    path = subword.model_path(key.data_dir, key.tfds_name, key.config_name, fingerprint, opts)
+
+    def sentences():
+        s, t = texts(key, "train")
+        return list(s) + list(t)
+
+    return subword.SentencePieceVocab(subword.ensure_model(path, sentences, opts))
+
+
+class Ragged:
+    """Token id lists as one flat array and offsets: row i is `ids[off[i]:off[i+1]]`."""
+
+    def __init__(self, rows: list[list[int]]):
+        self.lengths = np.fromiter((len(r) for r in rows), np.int64, len(rows))
+        self.offsets = np.concatenate([[0], np.cumsum(self.lengths)])
+        self.ids = np.fromiter((i for r in rows for i in r), np.int32, int(self.offsets[-1]))
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def row(self, i: int) -> np.ndarray:
+        return self.ids[self.offsets[i] : self.offsets[i + 1]]
+
+
+@functools.lru_cache(maxsize=6)
+def encoded(key: store.DatasetKey, split: str, opts: SpmOptions) -> tuple[Ragged, Ragged]:
+    """`(sources, targets)` of a split as SentencePiece ids (no EOS), cached per process."""
+    v = vocab(key, opts)
+    s, t = texts(key, split)
+    return Ragged(v.encode_many(s)), Ragged(v.encode_many(t))
+
+
+@functools.lru_cache(maxsize=6)
+def kept(key: store.DatasetKey, opts: SpmOptions, S: int, T: int) -> np.ndarray:
+    """Training examples whose source + EOS fits S and target + EOS fits T (indices)."""
+    src, tgt = encoded(key, "train", opts)
+    return np.flatnonzero((src.lengths < S) & (tgt.lengths < T))
+
+
+class _Encoded:
+    """Picklable lazy handle on a split's encoded pairs (and, for training, the kept indices)."""
+
+    def __init__(self, key, split: str, opts: SpmOptions, S: int, T: int, train: bool):
+        self.key, self.split, self.opts, self.S, self.T, self.train = key, split, opts, S, T, train
+
+    def __call__(self):
+        src, tgt = encoded(self.key, self.split, self.opts)
+        index = kept(self.key, self.opts, self.S, self.T) if self.train else None
+        return src, tgt, index
+
+
+def _row(ids: np.ndarray, length: int) -> np.ndarray:
+    """ids cut to `length - 1`, then EOS."""
+    return np.append(ids[: length - 1], EOS_ID)
+
+
+class Translation(_Maker):
+    """Translation batches (see the module docstring)."""
+
+    def __init__(self, data: _Encoded, size: int, S: int, T: int, seed, *args):
+        super().__init__(*args)
+        self.data, self.size, self.S, self.T = data, size, S, T
+        self.seed = seed  # None: evaluation order
+        self._perm: dict[int, np.ndarray] = {}
+
+    def _permutation(self, epoch: int) -> np.ndarray:
+        perm = self._perm.get(epoch)
+        if perm is None:  # keep the last few epochs; replace the dict whole (thread-safe)
+            perm = np.random.default_rng([self.seed, 8, epoch]).permutation(self.size)
+            self._perm = {**dict(list(self._perm.items())[-2:]), epoch: perm}
+        return perm
+
+    def __call__(self, step):
+        src, tgt, index = self.data()
+        g = self.rows(step)
+        if self.seed is None:
+            live = g < self.size
+            rows = np.where(live, g, 0)
+        else:
+            live = np.ones(len(g), bool)
+            rows = np.array(
+                [index[self._permutation(e)[i]] for e, i in zip(*np.divmod(g, self.size))]
+            )
+        inputs = np.zeros((len(g), self.S), np.int32)
+        targets = np.zeros((len(g), self.T), np.int32)
+        for r, (i, ok) in enumerate(zip(rows, live)):
+            if ok:
+                s, t = _row(src.row(i), self.S), _row(tgt.row(i), self.T)
+                inputs[r, : len(s)], targets[r, : len(t)] = s, t
+        return {
+            "inputs": inputs,
+            "targets": targets,
+            "weights": (targets != 0).astype(np.float32),
+        }
+
+
+class Synthetic(_Maker):
+    """Copy / reverse (smoke tests): the source is L random symbols (L uniform in 1..S-1), the
+    target is the same symbols (copy) or reversed (reverse); both end with EOS.
+
+    Symbols are `NUM_SPECIAL .. vocab_size-1`, drawn from hash(seed, split, global row, position);
+    `size` None: endless (training), else rows `g >= size` are zero-weight padding.
+    """
+
+    def __init__(self, S, T, vocab_size, seed, split_id, size, reverse, *args):
+        super().__init__(*args)
+        self.S, self.T, self.vocab_size, self.seed = S, T, vocab_size, seed
+        self.split_id, self.size, self.reverse = split_id, size, reverse
+
+    def __call__(self, step):
+        g = self.rows(step)
+        n = self.S - 1
+        length = (hash_u64(self.seed, 6, self.split_id, g) % np.uint64(n)).astype(np.int64) + 1
+        h = hash_u64(self.seed, 7, self.split_id, g[:, None], np.arange(n)[None, :])
+        sym = (h % np.uint64(self.vocab_size - NUM_SPECIAL)).astype(np.int32) + NUM_SPECIAL
+        if self.size is not None:
+            length = np.where(g < self.size, length, 0)
+        sym = np.concatenate([sym, np.zeros((len(g), 1), np.int32)], axis=1)  # [b, S]
+        pos = np.arange(self.S)[None, :]
+        inside = pos < length[:, None]
+        if self.reverse:
+            sym_back = np.take_along_axis(sym, np.clip(length[:, None] - 1 - pos, 0, n), axis=1)
+        eos = np.where(pos == length[:, None], EOS_ID, 0)  # no EOS in padding rows (length 0)
+        eos = eos * (length > 0)[:, None]
+        inputs = np.where(inside, sym, eos).astype(np.int32)
+        targets = np.where(inside, sym_back, eos).astype(np.int32) if self.reverse else inputs
+        targets = np.pad(targets, ((0, 0), (0, self.T - self.S)))
+        return {
+            "inputs": inputs,
+            "targets": targets,
+            "weights": (targets != 0).astype(np.float32),
+        }
+
+
+def log_filtered(name: str, total: int, n_kept: int, S: int, T: int) -> None:
+    if n_kept < total:
+        logging.info(
+            "%s train: %d of %d pairs are longer than max_source_len=%d / max_target_len=%d "
+            "(with EOS) and are left out of training",
+            name,
+            total - n_kept,
+            total,
+            S,
+            T,
+        )
+
+
+# ------------------------------------------------------------------- what api.info/make call
+
+
+def options(cfg) -> SpmOptions:
+    return subword.options_of(cfg)
+
+
+def info_fields(cfg) -> dict:
+    """The `DataInfo` fields of a seq2seq `config.data` (prepares data and vocabulary)."""
+    S, T = int(cfg.max_source_len), int(cfg.max_target_len)
+    common = dict(
+        name=cfg.name,
+        task="seq2seq",
+        seq_len=S,
+        target_len=T,
+        num_classes=None,
+        pad_id=subword.PAD_ID,
+        bos_id=subword.BOS_ID,
+        eos_id=EOS_ID,
+    )
+    if cfg.name in SYNTHETIC_DATASETS:
+        V = int(cfg.copy_vocab_size)
+        spec = f'["{cfg.name}", {int(cfg.seed)}, {V}, {S}]'
+        return dict(
+            common,
+            vocab_size=V,
+            fingerprint=hashlib.sha256(spec.encode()).hexdigest(),
+            split_sizes={"train": None, "validation": cfg.dup_eval_size, "test": cfg.dup_eval_size},
+            encode=lambda s: np.array(s.split(), dtype=np.int32),
+            decode=_decode_symbols,
+        )
+    key = store.dataset_key(cfg)
+    meta = store.metadata(key)
+    v = vocab(key, options(cfg))
+    sizes = {s: len(texts(key, s)[0]) for s in ("train", "validation", "test")}
+    for split in ("train", "validation", "test"):
+        if not sizes[split]:
+            raise store.sources.DataError(
+                f"{cfg.name}: the {split} split is empty; raise config.data.heldout_fraction or "
+                "use a larger file."
+            )
+    return dict(
+        common,
+        vocab_size=v.size,
+        fingerprint=meta["fingerprint"],
+        split_sizes=sizes,
+        encode=v.encode,
+        decode=v.decode,
+        vocab_file=v.path,
+        vocab_fingerprint=v.fingerprint,
+        source_lang=meta.get("source_lang"),
+        target_lang=meta.get("target_lang"),
+    )
+
+
+def _decode_symbols(ids) -> str:
+    ids = [int(i) for i in np.asarray(ids).reshape(-1)]
+    if EOS_ID in ids:
+        ids = ids[: ids.index(EOS_ID)]
+    return " ".join(str(i) for i in ids if i not in (subword.PAD_ID, subword.BOS_ID))
+
+
+def maker(cfg, split: str, train: bool, layout: tuple) -> tuple[_Maker, int | None, dict]:
+    """`(batch maker, num_steps, spec additions)` of one split (see `api.make`)."""
+    S, T, B = int(cfg.max_source_len), int(cfg.max_target_len), layout[0]
+    spec = {"max_source_len": S, "max_target_len": T}
+    if cfg.name in SYNTHETIC_DATASETS:
+        size = None if train else int(cfg.dup_eval_size)
+        split_id = ("train", "validation", "test").index(split)
+        m = Synthetic(
+            S,
+            T,
+            int(cfg.copy_vocab_size),
+            int(cfg.seed),
+            split_id,
+            size,
+            cfg.name == "reverse",
+            *layout,
+        )
+        spec.update(copy_vocab_size=int(cfg.copy_vocab_size))
+        return m, None if train else math.ceil(size / B), spec
+    key = store.dataset_key(cfg)
+    opts = options(cfg)
+    src, _ = encoded(key, split, opts)
+    if train:
+        size = len(kept(key, opts, S, T))
+        log_filtered(cfg.name, len(src), size, S, T)
+        if size == 0:
+            raise store.sources.DataError(
+                f"{cfg.name}: no training pair fits config.data.max_source_len={S} and "
+                f"max_target_len={T} (ids + EOS); raise them."
+            )
+    else:
+        size = len(src)
+    m = Translation(
+        _Encoded(key, split, opts, S, T, train),
+        size,
+        S,
+        T,
+        int(cfg.seed) if train else None,
+        *layout,
+    )
+    spec.update(
+        fingerprint=store.metadata(key)["fingerprint"],
+        vocab=opts.tag,
+        vocab_fingerprint=vocab(key, opts).fingerprint,
+    )
+    return m, None if train else math.ceil(size / B), spec
+
+
+def references(cfg, split: str, side: str = "target") -> list[str]:
+    """The raw strings of a split in the order of `make(cfg, split=split, train=False)` rows."""
+    if cfg.name not in TRANSLATION_DATASETS:
+        raise ValueError(
+            f"references: config.data.name={cfg.name!r} is not a translation set; "
+            f"valid: {', '.join(TRANSLATION_DATASETS)}."
+        )
+    s, t = texts(store.dataset_key(cfg), split)
+    return list(t if side == "target" else s)
