@@ -200,3 +200,7 @@ class Task:
     def sample(self, run, params, prompt: str, length: int, *, temperature=1.0, seed=0) -> str:
         """The generated continuation of ``prompt`` (only where ``generates``)."""
         raise NotImplementedError(f"task {self.name!r} does not generate")
+
+    def describe_sample(self, prompt: str, text: str) -> str:
+        """How a prompt and its generated text are shown (default: the continued text)."""
+        return prompt + text

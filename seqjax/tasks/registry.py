@@ -16,7 +16,7 @@ from seqjax.tasks.base import Task
 
 _REGISTRY: dict[str, Task] = {}
 # The tasks that ship with seqjax, imported on first use (each module registers itself).
-BUILTIN = ("seqjax.tasks.lm", "seqjax.tasks.classification")
+BUILTIN = ("seqjax.tasks.lm", "seqjax.tasks.classification", "seqjax.tasks.seq2seq")
 
 
 def _load_builtin() -> None:

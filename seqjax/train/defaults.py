@@ -47,6 +47,12 @@ def model() -> ml_collections.ConfigDict:
     c.remat = False  # rematerialize each block in the backward pass (less memory)
     c.reversible = False  # reversible residual layers (Reformer)
     c.pooling = "mean"  # classifier pooling: "mean" over non-pad tokens | "cls"
+    # Encoder-decoder (seq2seq data; seqjax.models.EncoderDecoder, Vaswani et al. 2017):
+    # `attention` and `num_layers` are the encoder's; these are the decoder's and the rest.
+    c.decoder_attention = "dense"  # decoder self-attention cycle (causal mechanisms)
+    c.decoder_layers = 0  # decoder layers; 0 = num_layers
+    c.norm_position = "post"  # "post" (the paper: LayerNorm(x + Sublayer(x))) | "pre"
+    c.share_embeddings = True  # one source/target embedding (shared vocabulary, §3.4)
     return c
 
 
@@ -101,6 +107,8 @@ def train() -> ml_collections.ConfigDict:
     # Stop (with a checkpoint) once this many steps are done, without changing the schedule
     # (time-sliced jobs; the resume tests). 0 = run to num_steps.
     c.stop_after = 0
+    # Token-level label smoothing epsilon of sequence-to-sequence losses (Vaswani et al.: 0.1).
+    c.label_smoothing = 0.0
     c.sample_prompt = "def "  # LM: prompt of the sample printed at the end
     c.sample_length = 200  # LM: characters/tokens sampled at the end (0 = none)
     c.sample_temperature = 0.8  # LM: sampling temperature (0 = greedy)
@@ -123,6 +131,10 @@ def evaluation() -> ml_collections.ConfigDict:
     # Every query sees exactly mem_len keys (None = the training value of
     # attention_options.relative.same_length).
     c.same_length = config_dict.placeholder(bool)
+    # Sequence to sequence: beam search for BLEU/chrF and translation (Vaswani et al. §6.1).
+    c.beam_size = 4  # beams (1 = greedy)
+    c.length_penalty = 0.6  # GNMT length penalty exponent alpha (0 = none)
+    c.decode_metrics = True  # BLEU/chrF of beam search in every evaluation (seq2seq)
     return c
 
 

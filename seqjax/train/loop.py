@@ -352,7 +352,7 @@ def _sample(config, run, params, primary: bool) -> str:
         seed=config.seed,
     )
     if primary:
-        print(f"sample:\n{t_cfg.sample_prompt}{text}", flush=True)
+        print(f"sample:\n{run.task.describe_sample(t_cfg.sample_prompt, text)}", flush=True)
     return text
 
 

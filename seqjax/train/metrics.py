@@ -67,7 +67,8 @@ class MetricWriter:
     def write(self, step: int, metrics: dict, prefix: str = "") -> None:
         if not self.enabled:
             return
-        clean = {prefix + k: float(v) for k, v in metrics.items()}
+        # Numbers only: text such as sacreBLEU's signature goes to result.json, not here.
+        clean = {prefix + k: float(v) for k, v in metrics.items() if not isinstance(v, str)}
         self._reopen_if_moved()
         self._file.write(json.dumps({"step": int(step), "time": time.time(), **clean}) + "\n")
         for k, v in clean.items():

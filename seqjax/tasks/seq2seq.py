@@ -1,0 +1,241 @@
+"""Sequence to sequence with the encoder-decoder Transformer (``DataInfo.task`` 'seq2seq'):
+translation as Vaswani et al. 2017 train and evaluate it, and the copy/reverse smoke tasks.
+
+Batches: ``inputs`` int32 ``[B, S]`` source ids + EOS (0 = pad), ``targets`` int32 ``[B, T]``
+target ids + EOS (0 = pad), ``weights`` float32 ``[B, T]`` (1 on real target tokens). The
+model is ``seqjax.models.EncoderDecoder`` fed ``shift_right(targets)``; the loss is
+label-smoothed cross-entropy (§5.4, ``train.label_smoothing``, the paper's 0.1) normalised
+per target token, with the unsmoothed negative log-likelihood kept for perplexity.
+Evaluation adds corpus BLEU and chrF (sacreBLEU) of beam-search outputs over the split
+(§6.1: beam 4, length penalty α = 0.6; ``config.eval.beam_size`` / ``length_penalty``).
+
+Config (``seqjax/train/defaults.py``): ``model.attention`` is the encoder's self-attention
+cycle (any mechanism), ``model.decoder_attention`` the decoder's (causal), ``model.num_layers``
+/ ``model.decoder_layers`` the stacks, ``model.max_len`` >= both data lengths,
+``model.norm_position``, ``model.share_embeddings`` / ``tie_embeddings``.
+
+Legend: B batch, S source length, T target length, K beam, V vocabulary, E width.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+
+from seqjax.data.config import SEQ2SEQ_DATASETS
+from seqjax.tasks import base, losses, registry
+
+SUM_KEYS = ("loss_sum", "nll_sum", "correct_sum", "weight_sum")
+
+
+class Seq2Seq(base.Task):
+    """Encoder-decoder training, beam-search decoding and BLEU/chrF (module docstring)."""
+
+    name = "seq2seq"
+    datasets = SEQ2SEQ_DATASETS
+    sum_keys = SUM_KEYS
+    unit = "tok"  # target token slots per second
+    causal = False  # ``model.attention`` is the (bidirectional) encoder's
+    length_field = "data.max_source_len"
+    generates = True
+
+    def __init__(self, label_smoothing: float = 0.0, beam_size: int = 4, alpha: float = 0.6):
+        self.label_smoothing = float(label_smoothing)
+        self.beam_size = int(beam_size)
+        self.alpha = float(alpha)
+
+    def configure(self, config) -> Seq2Seq:
+        ev = config.get("eval") or {}
+        return Seq2Seq(
+            label_smoothing=config.train.get("label_smoothing", 0.0) or 0.0,
+            beam_size=ev.get("beam_size", 4) or 4,
+            alpha=ev.get("length_penalty", 0.6),
+        )
+
+    # ---- config --------------------------------------------------------------------------
+
+    def input_length(self, config) -> int:
+        """The longer of the source and target rows (both must fit ``model.max_len``)."""
+        d = config.data
+        return max(int(d.max_source_len), int(d.max_target_len))
+
+    def validate(self, config, bad) -> None:
+        from seqjax.decoding import check_beam
+
+        d, m, t = config.data, config.model, config.train
+        if int(d.max_target_len) > m.max_len:
+            bad("data.max_target_len", d.max_target_len, f"<= model.max_len={m.max_len}")
+        eps = t.get("label_smoothing", 0.0)
+        if not isinstance(eps, int | float) or not 0.0 <= eps < 1.0:
+            bad("train.label_smoothing", eps, "a number in [0, 1) (Vaswani et al.: 0.1)")
+        ev = config.get("eval") or {}
+        try:
+            check_beam(ev.get("beam_size", 4), ev.get("length_penalty", 0.6))
+        except ValueError:
+            bad("eval.beam_size / eval.length_penalty",
+                (ev.get("beam_size"), ev.get("length_penalty")),
+                "beam_size >= 1 and length_penalty >= 0 (Vaswani et al.: 4 and 0.6)")  # fmt: skip
+        if m.get("kind", "transformer") != "transformer":
+            bad("model.kind", m.kind, "'transformer' for a seq2seq data set (no memory model)")
+        try:
+            self.model_config(config, _ShapeInfo(config))
+        except ValueError as e:
+            bad("model", "(encoder-decoder)", str(e))
+
+    # ---- the model -----------------------------------------------------------------------
+
+    def model_config(self, config, info):
+        from seqjax.models import from_config
+        from seqjax.models.encoder_decoder import EncoderDecoderConfig
+        from seqjax.models.transformer import attention_cycle
+
+        m = config.model
+        options = from_config.attention_options(config)
+        decoder_attention = m.get("decoder_attention") or "dense"
+        return EncoderDecoderConfig(
+            vocab_size=int(info.vocab_size),
+            encoder_layers=int(m.num_layers),
+            decoder_layers=int(m.get("decoder_layers") or m.num_layers),
+            num_heads=m.num_heads,
+            d_model=m.d_model,
+            head_dim=m.head_dim,
+            d_ff=m.d_ff,
+            max_source_len=int(m.max_len),
+            max_target_len=int(m.max_len),
+            dropout_rate=m.dropout_rate,
+            attention_dropout_rate=m.attention_dropout_rate,
+            encoder_attention=attention_cycle(m.attention, options),
+            decoder_attention=attention_cycle(decoder_attention, options),
+            share_embeddings=bool(m.get("share_embeddings", True)),
+            tie_embeddings=m.tie_embeddings,
+            norm_position=m.get("norm_position", "post"),
+            positional=m.positional,
+            reversible=m.reversible,
+            ff_chunk_size=m.ff_chunk_size,
+            dtype=m.dtype,
+        )
+
+    def make_model(self, model_cfg, *, decode: bool = False):
+        from seqjax.models.encoder_decoder import EncoderDecoder
+
+        return EncoderDecoder(model_cfg, decode=decode)
+
+    def init_shapes(self, config, info) -> tuple:
+        """Source ``[1, S]`` and decoder inputs ``[1, T]``."""
+        del info
+        return ((1, int(config.data.max_source_len)), (1, int(config.data.max_target_len)))
+
+    # ---- batches, loss, metrics ----------------------------------------------------------
+
+    def apply(self, model, params, batch, *, rng, train: bool, memory=None):
+        from seqjax.models.encoder_decoder import shift_right
+
+        del memory
+        rngs = {"dropout": rng} if train else {}
+        logits_BTV = model.apply(
+            {"params": params}, batch["inputs"], shift_right(batch["targets"]), rngs=rngs,
+            deterministic=not train,
+        )  # fmt: skip
+        return logits_BTV, None
+
+    def sums(self, outputs, batch) -> dict:
+        return losses.smoothed_cross_entropy_sums(
+            outputs, batch["targets"], batch["weights"], self.label_smoothing
+        )
+
+    def train_metrics(self, sums, total_weight) -> dict:
+        """``loss`` (label-smoothed, what is minimised), ``nll`` and token ``accuracy``."""
+        return {**super().train_metrics(sums, total_weight),
+                "nll": sums["nll_sum"] / total_weight}  # fmt: skip
+
+    def eval_summary(self, sums, config) -> dict:
+        """Loss, per-token NLL and perplexity exp(NLL) (unsmoothed), accuracy, count."""
+        out = super().eval_summary(sums, config)
+        nll = float(sums["nll_sum"]) / max(float(sums["weight_sum"]), 1.0)
+        out["nll"] = nll
+        out["perplexity"] = math.exp(min(nll, 700.0))
+        return out
+
+    def tokens_per_step(self, config) -> int:
+        return int(config.data.batch_size) * int(config.data.max_target_len)
+
+    def flops_per_step(self, run) -> float:
+        """PaLM-style ``6 N`` per token for each stack on its own length, plus attention
+        (``12 L S^2 d`` encoder, ``12 L T^2 d + 12 L T S d`` decoder with cross-attention)."""
+        cfg, d = run.model_cfg, run.config.data
+        params = run.abstract["params"]
+        b, s, t = int(d.batch_size), int(d.max_source_len), int(d.max_target_len)
+
+        def count(tree) -> int:
+            return sum(int(x.size) for x in jax.tree.leaves(tree))
+
+        enc, dec = count(params.get("encoder", {})), count(params.get("decoder", {}))
+        out_proj = cfg.vocab_size * cfg.d_model  # tied or not, the logits matmul runs
+        e = cfg.d_model
+        per = 6.0 * (enc * s + (dec + out_proj) * t)
+        per += 12.0 * e * (cfg.encoder_layers * s * s + cfg.decoder_layers * (t * t + t * s))
+        return b * per
+
+    # ---- decoding ------------------------------------------------------------------------
+
+    def translate_fn(self, run, *, beam_size: int | None = None, alpha: float | None = None):
+        """A jitted ``(params, source_BS) -> (tokens_BT, scores_B)``: the best beam-search
+        hypothesis per example (Vaswani et al. §6.1), EOS and padding after it included."""
+        from seqjax.tasks import seq2seq_decode
+
+        return seq2seq_decode.make_translate_fn(
+            run.model_cfg,
+            beam_size=self.beam_size if beam_size is None else beam_size,
+            alpha=self.alpha if alpha is None else alpha,
+            max_len=int(run.config.data.max_target_len),
+            eos_id=int(run.info.eos_id),
+        )
+
+    def translate(self, run, params, sources, *, beam_size=None, alpha=None) -> list[str]:
+        """Detokenised translations of ``sources`` (strings), one beam search per batch."""
+        from seqjax.tasks import seq2seq_decode
+
+        fn = self.translate_fn(run, beam_size=beam_size, alpha=alpha)
+        return seq2seq_decode.translate_strings(run, params, fn, sources)
+
+    def decode_metrics(self, run, params, split: str, *, max_batches: int = 0) -> dict:
+        """BLEU and chrF (sacreBLEU) of beam-search outputs over ``split`` (or its first
+        ``max_batches`` batches), with sacreBLEU's signatures."""
+        if not (run.config.get("eval") or {}).get("decode_metrics", True):
+            return {}
+        from seqjax.tasks import seq2seq_decode
+
+        return seq2seq_decode.split_scores(run, params, self.translate_fn(run), split,
+                                           max_batches=max_batches)  # fmt: skip
+
+    def check_sample_inputs(self, run, prompt: str, length: int) -> None:
+        from seqjax.train import cli_inputs
+
+        del length
+        n = len(run.info.encode(prompt)) + 1  # + EOS
+        limit = int(run.config.data.max_source_len)
+        if n > limit:
+            raise cli_inputs.InputError(
+                f"the source has {n} tokens (EOS included), more than this model's "
+                f"data.max_source_len={limit}; shorten it"
+            )
+
+    def sample(self, run, params, prompt: str, length: int, *, temperature=1.0, seed=0) -> str:
+        """The beam-search translation of ``prompt`` (``length``/``temperature`` unused:
+        translation is a search, not a sample)."""
+        del length, temperature, seed
+        return self.translate(run, params, [prompt])[0]
+
+    def describe_sample(self, prompt: str, text: str) -> str:
+        return f"{prompt}\n=> {text}"
+
+
+class _ShapeInfo:
+    """The ``DataInfo`` fields ``model_config`` reads, before the data are prepared."""
+
+    def __init__(self, config):
+        self.vocab_size = max(int(config.data.get("vocab_size") or 0), 8)
+
+
+TASK = registry.register(Seq2Seq())
