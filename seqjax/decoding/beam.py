@@ -97,7 +97,7 @@ def beam_search(
     check_beam(beam_size, alpha)
     interface.check_decode(batch_size=batch_size, max_len=max_len, eos_id=eos_id,
                            start_id=start_id)  # fmt: skip
-    b, k, t = batch_size, beam_size, max_len
+    b, k, t = int(batch_size), int(beam_size), int(max_len)
     n = b * k
     cache = jax.tree.map(jnp.asarray, cache)
     vocab = interface.probe_step(step_fn, cache, n, eos_id=eos_id, start_id=start_id)

@@ -18,6 +18,8 @@ Legend: B batch, K beams, N = B * K rows, V vocabulary, T max_len.
 
 from __future__ import annotations
 
+import numbers
+
 import jax
 import jax.numpy as jnp
 
@@ -34,7 +36,7 @@ def check_decode(*, batch_size, max_len, eos_id, start_id) -> None:
 
 
 def _is_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
 def probe_step(step_fn, cache, rows: int, *, eos_id: int, start_id: int) -> int:

@@ -50,7 +50,7 @@ def sample_search(
     check_sampling(temperature, top_k, top_p)
     interface.check_decode(batch_size=batch_size, max_len=max_len, eos_id=eos_id,
                            start_id=start_id)  # fmt: skip
-    b, t = batch_size, max_len
+    b, t = int(batch_size), int(max_len)
     cache = jax.tree.map(jnp.asarray, cache)
     interface.probe_step(step_fn, cache, b, eos_id=eos_id, start_id=start_id)
     positions_T = jnp.arange(t)

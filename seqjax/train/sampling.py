@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from seqjax.decoding.samplers import check_sampling, sample_logits
 from seqjax.models import TransformerLM
 from seqjax.models.layers import KV_CACHE_MECHANISMS
 from seqjax.models.transformer_xl import TransformerXL
@@ -30,14 +31,20 @@ from seqjax.models.transformer_xl import TransformerXL
 CACHED_MECHANISMS = KV_CACHE_MECHANISMS
 
 
-def _pick(logits_V, rng, temperature: float):
-    if temperature <= 0.0:
-        return jnp.argmax(logits_V, -1).astype(jnp.int32)
-    return jax.random.categorical(rng, logits_V / temperature).astype(jnp.int32)
+def _pick(logits_V, rng, temperature: float, top_k: int = 0, top_p: float = 1.0):
+    return sample_logits(logits_V[None], rng, temperature=temperature, top_k=top_k, top_p=top_p)[0]
 
 
 def generate(
-    model_cfg, params, prompt_P: np.ndarray, length: int, *, temperature: float = 1.0, seed=0
+    model_cfg,
+    params,
+    prompt_P: np.ndarray,
+    length: int,
+    *,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed=0,
 ) -> np.ndarray:
     """Samples ``length`` tokens after ``prompt_P``.
 
@@ -47,11 +54,14 @@ def generate(
       prompt_P: int token ids, at least one.
       length: number of tokens to generate; ``P + N <= L``.
       temperature: softmax temperature (0 = greedy).
+      top_k: sample among the ``top_k`` most probable tokens (0 = all).
+      top_p: nucleus sampling mass in (0, 1] (1 = all); see ``seqjax.decoding.samplers``.
       seed: sampling seed.
 
     Returns:
       int32 ``[N]`` generated ids.
     """
+    check_sampling(temperature, top_k, top_p)
     prompt_P = np.asarray(prompt_P, np.int32).reshape(-1)
     p, n, max_len = len(prompt_P), int(length), model_cfg.max_len
     if p < 1:
@@ -67,7 +77,7 @@ def generate(
     buf_L = jnp.zeros((max_len,), jnp.int32).at[:p].set(prompt_P)
     cached = uses_kv_cache(model_cfg)
     fn = _generate_cached if cached else _generate_windowed
-    out = fn(model_cfg, params, buf_L, p, n, float(temperature), rng)
+    out = fn(model_cfg, params, buf_L, p, n, float(temperature), rng, top_k, float(top_p))
     return np.asarray(out)
 
 
@@ -90,7 +100,7 @@ def prefix_logits(model, params, buf_L, i):
     return jax.lax.dynamic_index_in_dim(logits_LV, i - 1, axis=0, keepdims=False)
 
 
-def _generate_cached(model_cfg, params, buf_L, p, n, temperature, rng):
+def _generate_cached(model_cfg, params, buf_L, p, n, temperature, rng, top_k=0, top_p=1.0):
     """KV-cache decoding: feeds the prompt then the samples one token per step."""
     model = TransformerLM(model_cfg, decode=True)
     shapes = jax.eval_shape(model.init, rng, jnp.zeros((1, model_cfg.max_len), jnp.int32))
@@ -104,7 +114,7 @@ def _generate_cached(model_cfg, params, buf_L, p, n, temperature, rng):
                 {"params": params, "cache": cache}, tok[None, None], mutable=["cache"]
             )
             rng, sub = jax.random.split(rng)
-            nxt = _pick(logits[0, -1], sub, temperature)
+            nxt = _pick(logits[0, -1], sub, temperature, top_k, top_p)
             nxt = jnp.where(i + 1 < p, buf_L[jnp.minimum(i + 1, buf_L.shape[0] - 1)], nxt)
             return (mut["cache"], nxt, rng), nxt
 
@@ -114,7 +124,7 @@ def _generate_cached(model_cfg, params, buf_L, p, n, temperature, rng):
     return run(params, buf_L, rng)
 
 
-def _generate_windowed(model_cfg, params, buf_L, p, n, temperature, rng):
+def _generate_windowed(model_cfg, params, buf_L, p, n, temperature, rng, top_k=0, top_p=1.0):
     """No cache: recompute the prefix for each new token (any mechanism), conditioned on
     exactly the prefix (``prefix_logits``)."""
     model = TransformerLM(model_cfg)
@@ -125,7 +135,7 @@ def _generate_windowed(model_cfg, params, buf_L, p, n, temperature, rng):
             buf, rng = carry
             logits_V = prefix_logits(model, params, buf, i)
             rng, sub = jax.random.split(rng)
-            return buf.at[i].set(_pick(logits_V, sub, temperature)), rng
+            return buf.at[i].set(_pick(logits_V, sub, temperature, top_k, top_p)), rng
 
         buf, _ = jax.lax.fori_loop(p, p + n, body, (buf_L, rng))
         return jax.lax.dynamic_slice_in_dim(buf, p, n)
@@ -134,7 +144,16 @@ def _generate_windowed(model_cfg, params, buf_L, p, n, temperature, rng):
 
 
 def generate_recurrent(
-    model, params, prompt_P: np.ndarray, length: int, *, segment_len: int, temperature=1.0, seed=0
+    model,
+    params,
+    prompt_P: np.ndarray,
+    length: int,
+    *,
+    segment_len: int,
+    temperature=1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed=0,
 ) -> np.ndarray:
     """Sampling from a recurrent model (``seqjax.models.memory``) with the memory as the cache.
 
@@ -151,11 +170,14 @@ def generate_recurrent(
       length: N, tokens to generate.
       segment_len: T for the prompt's segments.
       temperature: softmax temperature (0 = greedy).
+      top_k: sample among the ``top_k`` most probable tokens (0 = all).
+      top_p: nucleus sampling mass in (0, 1] (1 = all).
       seed: sampling seed.
 
     Returns:
       int32 ``[N]`` generated ids.
     """
+    check_sampling(temperature, top_k, top_p)
     prompt_P = np.asarray(prompt_P, np.int32).reshape(-1)
     p, n, t = len(prompt_P), int(length), int(segment_len)
     if p < 1:
@@ -182,7 +204,7 @@ def generate_recurrent(
             memory, tok, rng = carry
             logits, memory = model.apply({"params": params}, tok[None, None], memory)
             rng, sub = jax.random.split(rng)
-            nxt = _pick(logits[0, -1], sub, temperature)
+            nxt = _pick(logits[0, -1], sub, temperature, top_k, top_p)
             nxt = jnp.where(i + 1 < r, rest_R[jnp.minimum(i + 1, r - 1)], nxt)
             return (memory, nxt, rng), nxt
 
@@ -203,7 +225,9 @@ def generate_xl(
     return generate_recurrent(model, params, prompt_P, length, segment_len=segment_len, **kwargs)
 
 
-def sample_text(run, params, prompt: str, length: int, *, temperature=1.0, seed=0) -> str:
+def sample_text(
+    run, params, prompt: str, length: int, *, temperature=1.0, top_k=0, top_p=1.0, seed=0
+) -> str:
     """Prompt string -> generated continuation (decoded), for a built LM run (the LM task's
     ``sample``, ``seqjax.tasks.lm``).
 
@@ -224,8 +248,19 @@ def sample_text(run, params, prompt: str, length: int, *, temperature=1.0, seed=
             length,
             segment_len=int(run.config.data.seq_len),
             temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
             seed=seed,
         )
     else:
-        out = generate(run.model_cfg, params, ids, length, temperature=temperature, seed=seed)
+        out = generate(
+            run.model_cfg,
+            params,
+            ids,
+            length,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            seed=seed,
+        )
     return run.info.decode(out)

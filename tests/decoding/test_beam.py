@@ -1,4 +1,5 @@
-"""Beam search against brute force, greedy, and itself (batched vs alone, jitted once).
+"""Beam search against brute force, a plain-Python reference, greedy, and itself (batched
+vs alone, jitted once); greedy and sampled search on the same toy model.
 
 The toy model is a table of logits indexed by a hash of the whole generated prefix (kept
 per row in the cache, so a wrong cache reordering gives wrong logits) plus a bias for the
@@ -23,6 +24,7 @@ from seqjax.decoding import (
     expand_to_beams,
     greedy_search,
     length_penalty,
+    sample_search,
     sequence_lengths,
 )
 
@@ -76,14 +78,27 @@ def _greedy(table_BPV, bias_TV, *, v, t):
                          eos_id=EOS)  # fmt: skip
 
 
+@functools.partial(jax.jit, static_argnames=("v", "t", "top_k"))
+def _sample(table_BPV, bias_TV, rng, *, v, t, top_k):
+    b = table_BPV.shape[0]
+    return sample_search(_step((table_BPV, bias_TV), v), _cache(b), rng, batch_size=b,
+                         max_len=t, eos_id=EOS, temperature=1.5, top_k=top_k)  # fmt: skip
+
+
+def _toy_logits(tables, v, example, prefix):
+    """float64 logits ``[V]`` of the toy model after ``prefix``."""
+    table_BPV, bias_TV = tables
+    hist = 0
+    for j in range(1, len(prefix) + 1):
+        hist = (hist * v + prefix[j - 1] + 1) % table_BPV.shape[1]
+    return table_BPV[example, hist].astype(np.float64) + bias_TV[len(prefix)]
+
+
 def _logp(tables, v, example, seq):
     """float64 log P(seq) of the toy model (brute force)."""
-    table_BPV, bias_TV = tables
-    p, hist, total = table_BPV.shape[1], 0, 0.0
+    total = 0.0
     for j, tok in enumerate(seq):
-        if j > 0:
-            hist = (hist * v + seq[j - 1] + 1) % p
-        z = table_BPV[example, hist].astype(np.float64) + bias_TV[j]
+        z = _toy_logits(tables, v, example, seq[:j])
         total += z[tok] - np.log(np.exp(z - z.max()).sum()) - z.max()
     return total
 
@@ -187,6 +202,28 @@ def test_beam_one_equals_greedy(seed):
     np.testing.assert_array_equal(scores[:, 0], g_logp)
     lengths = np.asarray(sequence_lengths(g_seqs, EOS))
     assert len(set(lengths.tolist())) > 1  # some rows end early, some run to T
+
+
+def test_sampled_search_stays_in_the_filter_and_stops_at_eos():
+    """top_k = 2 at temperature 1.5: every token is among its step's 2 most probable, only
+    0 after EOS, log-probabilities under the unfiltered model; top_k = 1 is greedy."""
+    v, t, b = 5, 6, 16
+    tables = _tables(3, b, v, p=97, t=t)
+    rng = jax.random.PRNGKey(0)
+    seqs, logp = (np.asarray(x) for x in _sample(*tables, rng, v=v, t=t, top_k=2))
+    lengths = np.asarray(sequence_lengths(seqs, EOS))
+    assert seqs.dtype == np.int32 and len(set(lengths.tolist())) > 1
+    for ex in range(b):
+        seq = _trim(seqs[ex], lengths[ex])
+        assert (seqs[ex, lengths[ex] :] == 0).all()
+        for j, tok in enumerate(seq):
+            assert tok in np.argsort(-_toy_logits(tables, v, ex, seq[:j]))[:2]
+        np.testing.assert_allclose(logp[ex], _logp(tables, v, ex, seq), rtol=1e-5)
+    g_seqs, g_logp = _greedy(*tables, v=v, t=t)
+    k1_seqs, k1_logp = _sample(*tables, rng, v=v, t=t, top_k=1)
+    np.testing.assert_array_equal(k1_seqs, g_seqs)
+    np.testing.assert_array_equal(k1_logp, g_logp)
+    assert (np.asarray(g_seqs) != seqs).any()
 
 
 def test_batch_gives_what_each_example_gives_alone():
