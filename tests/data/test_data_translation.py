@@ -142,8 +142,9 @@ def test_train_is_seeded_and_resumes_exactly(tr_cfg):
     assert _same(want, _take(again, 3))
 
 
-def test_process_shards_form_the_global_batch(tr_cfg):
-    cfg = tr_cfg()
+@pytest.mark.parametrize("name", ["translation_jsonl", "reverse"])
+def test_process_shards_form_the_global_batch(tr_cfg, name):
+    cfg = tr_cfg(name=name)
     for split, train in (("train", True), ("test", False)):
         whole = _take(sd.make(cfg, split=split, train=train), 2)
         parts = [
