@@ -100,6 +100,7 @@ def test_lm_with_sentencepiece_trains_a_vocabulary_and_yields_token_batches(make
     assert info_u.vocab_fingerprint != info.vocab_fingerprint
     mtime = os.path.getmtime(info.vocab_file)
     assert sd.info(cfg).vocab_fingerprint == info.vocab_fingerprint
+    assert sd.info(make_cfg(**{**cfg.to_dict(), "seed": 7})).vocab_file == info.vocab_file
     assert os.path.getmtime(info.vocab_file) == mtime
 
 

@@ -14,7 +14,7 @@ import pytest
 
 import seqjax.data as sd
 from seqjax.data import api, translation
-from seqjax.data.sources import ChecksumMismatchError, DataError
+from seqjax.data.sources import ChecksumMismatchError, DataError, SourceMissingError
 from seqjax.data.subword import EOS_ID
 
 
@@ -316,6 +316,16 @@ def test_wmt14_builder_parses_the_release_formats(make_cfg, tmp_path):
                 }
             )
         )
+
+
+def test_wmt14_missing_archive_names_it_and_manual_dir(make_cfg, tmp_path):
+    cfg = make_cfg(
+        name="wmt14_ende", manual_dir=str(tmp_path), vocab="sentencepiece", data_dir=str(tmp_path)
+    )
+    with pytest.raises(SourceMissingError, match=r"training-parallel-europarl-v7\.tgz.*manual_dir"):
+        sd.info(cfg)
+    with pytest.raises(DataError, match=r"config\.data\.source_lang='fr'"):
+        sd.info(make_cfg(name="wmt14_ende", vocab="sentencepiece", source_lang="fr"))
 
 
 def test_wmt14_parsers():
