@@ -4,6 +4,14 @@
     info = seqjax.data.info(cfg)                # vocab size, task, fingerprint, encode/decode
     it = seqjax.data.make(cfg, split="train")   # batches of numpy arrays; get_state/set_state
 
+Translation (task 'seq2seq'; batches `inputs` [b, S], `targets`/`weights` [b, T]):
+
+    cfg.name, cfg.vocab = "translation_jsonl", "sentencepiece"
+    cfg.path = "../shared/data/software_l10n/en-de.jsonl.gz"
+    info = seqjax.data.info(cfg)   # info.vocab_file: the SentencePiece model of this data
+    refs = seqjax.data.references(cfg, "validation")   # row g of make(..., train=False)
+    sacrebleu.corpus_bleu([info.decode(ids) for ids in predictions], [refs])
+
 Files: `config.py` (every field), `api.py` (make/info), `pipeline.py` (grain batch makers and the
 checkpointable iterator), `store.py` (prepare/read with TFDS), `corpora.py` (LM corpus builders),
 `classification.py` + `listops.py` (LRA tasks), `sources.py` (files, checksums, errors),

@@ -74,7 +74,8 @@ def default_config() -> ml_collections.ConfigDict:
     c.vocab_size = 8000
     # vocab='sentencepiece': share of the characters that get their own piece (1.0: all).
     c.spm_character_coverage = 1.0
-    # vocab='sentencepiece': most training sentences (lines) used; more are sub-sampled by seed.
+    # vocab='sentencepiece': most training sentences (lines) used; more are sub-sampled (a fixed
+    # seed: the vocabulary does not depend on config.data.seed).
     c.spm_input_sentence_size = 1_000_000
     # LM and duplication: tokens per row T (batches are [batch, seq_len]). Duplication: the
     # whole `0 w 0 w` sequence, so |w| = seq_len / 2 - 1 (Reformer Table 2: 1024, |w| = 511).

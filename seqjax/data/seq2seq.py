@@ -87,7 +87,9 @@ def encoded(key: store.DatasetKey, split: str, opts: SpmOptions) -> tuple[Ragged
 def kept(key: store.DatasetKey, opts: SpmOptions, S: int, T: int) -> np.ndarray:
     """Training examples whose source + EOS fits S and target + EOS fits T (indices)."""
     src, tgt = encoded(key, "train", opts)
-    return np.flatnonzero((src.lengths < S) & (tgt.lengths < T))
+    index = np.flatnonzero((src.lengths < S) & (tgt.lengths < T))
+    index.setflags(write=False)  # shared through the cache
+    return index
 
 
 class _Encoded:

@@ -100,7 +100,18 @@ def test_lm_with_sentencepiece_trains_a_vocabulary_and_yields_token_batches(make
     assert info_u.vocab_fingerprint != info.vocab_fingerprint
     mtime = os.path.getmtime(info.vocab_file)
     assert sd.info(cfg).vocab_fingerprint == info.vocab_fingerprint
+    assert sd.info(make_cfg(**{**cfg.to_dict(), "seed": 7})).vocab_file == info.vocab_file
     assert os.path.getmtime(info.vocab_file) == mtime
+
+
+def test_a_fresh_preparation_trains_the_same_model(make_cfg, lm_file, tmp_path):
+    cfg = make_cfg(name="text_file", path=lm_file, vocab="sentencepiece", vocab_size=400)
+    fresh = make_cfg(**{**cfg.to_dict(), "data_dir": str(tmp_path / "elsewhere")})
+    a, b = sd.info(cfg), sd.info(fresh)
+    assert a.vocab_file != b.vocab_file and a.vocab_fingerprint == b.vocab_fingerprint
+    np.testing.assert_array_equal(
+        next(sd.make(cfg, split="train"))["inputs"], next(sd.make(fresh, split="train"))["inputs"]
+    )
 
 
 def test_sentencepiece_config_problems():

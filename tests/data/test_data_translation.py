@@ -14,7 +14,7 @@ import pytest
 
 import seqjax.data as sd
 from seqjax.data import api, translation
-from seqjax.data.sources import ChecksumMismatchError, DataError
+from seqjax.data.sources import ChecksumMismatchError, DataError, SourceMissingError
 from seqjax.data.subword import EOS_ID
 
 
@@ -142,8 +142,9 @@ def test_train_is_seeded_and_resumes_exactly(tr_cfg):
     assert _same(want, _take(again, 3))
 
 
-def test_process_shards_form_the_global_batch(tr_cfg):
-    cfg = tr_cfg()
+@pytest.mark.parametrize("name", ["translation_jsonl", "reverse"])
+def test_process_shards_form_the_global_batch(tr_cfg, name):
+    cfg = tr_cfg(name=name)
     for split, train in (("train", True), ("test", False)):
         whole = _take(sd.make(cfg, split=split, train=train), 2)
         parts = [
@@ -315,6 +316,16 @@ def test_wmt14_builder_parses_the_release_formats(make_cfg, tmp_path):
                 }
             )
         )
+
+
+def test_wmt14_missing_archive_names_it_and_manual_dir(make_cfg, tmp_path):
+    cfg = make_cfg(
+        name="wmt14_ende", manual_dir=str(tmp_path), vocab="sentencepiece", data_dir=str(tmp_path)
+    )
+    with pytest.raises(SourceMissingError, match=r"training-parallel-europarl-v7\.tgz.*manual_dir"):
+        sd.info(cfg)
+    with pytest.raises(DataError, match=r"config\.data\.source_lang='fr'"):
+        sd.info(make_cfg(name="wmt14_ende", vocab="sentencepiece", source_lang="fr"))
 
 
 def test_wmt14_parsers():
