@@ -31,16 +31,20 @@ def uses_cache(model_cfg) -> bool:
 
 
 @functools.lru_cache(maxsize=16)
-def make_translate_fn(model_cfg, *, beam_size: int, alpha: float, max_len: int, eos_id: int):
+def make_translate_fn(
+    model_cfg, *, beam_size: int, alpha: float, max_len: int, eos_id: int, force_recompute=False
+):
     """A jitted ``(params, source_BS) -> (tokens_BT, scores_B)``: the best hypothesis of a
     K-beam search with the GNMT length penalty (Wu et al. 2016 eq. 14), ``T = max_len``.
-    Built once per configuration (the jit cache then holds one program per batch shape)."""
+    Built once per configuration (the jit cache then holds one program per batch shape).
+    ``force_recompute``: recompute the decoder over the prefix even where a KV cache
+    exists (the cache-vs-recomputation benchmark; equal outputs)."""
     from seqjax.models.encoder_decoder import EncoderDecoder
 
     decoding.check_beam(beam_size, alpha)
     model = EncoderDecoder(model_cfg)
     k, t = int(beam_size), int(max_len)
-    cached = uses_cache(model_cfg)
+    cached = uses_cache(model_cfg) and not force_recompute
 
     def translate(params, source_BS):
         b, s = source_BS.shape
