@@ -49,7 +49,7 @@ PAPER = [
 ]
 SCALES = {
     "smoke": {"steps": 20, "variants": ("cpu", "reversible"), "rounds": 1, "decode_n": 8},
-    "cpu": {"steps": 1500, "variants": VARIANTS, "rounds": 3, "decode_n": 64},
+    "cpu": {"steps": 2000, "variants": VARIANTS, "rounds": 3, "decode_n": 64},
 }
 
 

@@ -20,6 +20,7 @@ Legend: B batch, S source length, T target length, K beam, V vocabulary, E width
 from __future__ import annotations
 
 import math
+import re
 
 import jax
 
@@ -80,8 +81,15 @@ class Seq2Seq(base.Task):
             bad("model.kind", m.kind, "'transformer' for a seq2seq data set (no memory model)")
         try:
             self.model_config(config, _ShapeInfo(config))
-        except ValueError as e:
-            bad("model", "(encoder-decoder)", str(e))
+        except ValueError as e:  # the encoder-decoder's own checks (decoder mechanism, ...)
+            msg = str(e)
+            match = re.match(r"model\.(\w+)", msg)
+            if "unknown option" not in msg and match:  # option names are reported elsewhere
+                name = match.group(1)
+                reason = msg[match.end() :].lstrip(":= ")
+                bad(f"model.{name}", config.model.get(name), reason)
+            elif "unknown option" not in msg:
+                bad("model", "(the encoder-decoder)", msg)
 
     # ---- the model -----------------------------------------------------------------------
 
