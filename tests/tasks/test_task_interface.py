@@ -110,11 +110,16 @@ def test_train_step_refuses_a_malformed_batch_before_compiling():
     mesh = sharding.make_mesh({"data": 1, "fsdp": 1, "tensor": 1})
     fn = step_lib.make_train_step(model, "lm", tx, optax.constant_schedule(0.1), accum_steps=1,
                                   mesh=mesh)  # fmt: skip
-    params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 8), jnp.int32))["params"]
-    st = {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32),
-          "rng": jax.random.PRNGKey(1)}  # fmt: skip
+
+    def init():
+        params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 8), jnp.int32))["params"]
+        return {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32),
+                "rng": jax.random.PRNGKey(1)}  # fmt: skip
+
+    st = jax.eval_shape(init)
+    jax.eval_shape(fn, st, _lm_batch())  # an LM batch traces (abstractly: nothing runs)
     with pytest.raises(ValueError, match=r"batch\['targets'\] must be int32 of rank 2"):
-        jax.jit(fn).lower(st, _cls_batch())
+        jax.eval_shape(fn, st, _cls_batch())
 
 
 # ---- loss sums against a direct reimplementation (the code before seqjax.tasks) -----------
@@ -137,7 +142,7 @@ def test_loss_sums_equal_the_direct_formula_in_values_and_gradients(task_name):
     model = task.make_model(cfg)
     assert isinstance(model, TransformerLM if lm else TransformerClassifier)
     batch = jax.tree.map(jnp.asarray, _lm_batch() if lm else _cls_batch())
-    params = model.init(jax.random.PRNGKey(0), batch["inputs"])["params"]
+    params = jax.jit(model.init)(jax.random.PRNGKey(0), batch["inputs"])["params"]
     rng = jax.random.PRNGKey(3)
 
     def new(p):
@@ -150,8 +155,8 @@ def test_loss_sums_equal_the_direct_formula_in_values_and_gradients(task_name):
                              deterministic=False)  # fmt: skip
         return _old_loss(logits, batch)
 
-    (l_new, sums), g_new = jax.value_and_grad(new, has_aux=True)(params)
-    l_old, g_old = jax.value_and_grad(old)(params)
+    (l_new, sums), g_new = jax.jit(jax.value_and_grad(new, has_aux=True))(params)
+    l_old, g_old = jax.jit(jax.value_and_grad(old))(params)
     np.testing.assert_allclose(l_new, l_old, rtol=1e-6)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), g_new, g_old)
     assert set(sums) == set(task.sum_keys) and float(sums["weight_sum"]) == batch["weights"].sum()
