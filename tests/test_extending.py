@@ -152,6 +152,7 @@ def test_new_task_from_the_doc_trains_through_the_train_step(doc_task):
     assert "reverse_example" in tasks.names()
     task = tasks.for_run(config, info)  # the registry's task, configured from the config
     assert isinstance(task, doc_task) and task.label_smoothing == 0.1
+    assert task.input_length(config) == config.model.max_len  # [source; decoder inputs]
     model = task.build_model(config, task.model_config(config, info))
     tx, schedule = optim.make_optimizer(config.optimizer, config.train.num_steps)
     mesh = sharding.make_mesh(config.mesh)

@@ -101,9 +101,10 @@ def train() -> ml_collections.ConfigDict:
     # Stop (with a checkpoint) once this many steps are done, without changing the schedule
     # (time-sliced jobs; the resume tests). 0 = run to num_steps.
     c.stop_after = 0
-    c.sample_prompt = "def "  # LM: prompt of the sample printed at the end
-    c.sample_length = 200  # LM: characters/tokens sampled at the end (0 = none)
-    c.sample_temperature = 0.8  # LM: sampling temperature (0 = greedy)
+    # A task that generates (the LM; seqjax.tasks.Task.generates): the end-of-run sample.
+    c.sample_prompt = "def "  # prompt of the sample printed at the end
+    c.sample_length = 200  # characters/tokens sampled at the end (0 = none)
+    c.sample_temperature = 0.8  # sampling temperature (0 = greedy)
     # Trace steps [start, stop) with jax.profiler into <workdir>/profile (TensorBoard's
     # profile plugin / Perfetto), e.g. "10,20"; "" = off.
     c.profile_steps = ""
