@@ -2,9 +2,10 @@
 
     python -m seqjax.evaluate --workdir DIR --split test
 
-restores the newest complete checkpoint of a training workdir and prints one JSON line:
-loss, bits per character/byte, perplexity, accuracy. The evaluation itself is
-``seqjax.train.evaluator.Evaluator``, which the training loop also runs.
+restores the newest complete checkpoint of a training workdir and prints one JSON line: its
+task's summary (``seqjax.tasks``; an LM: loss, bits per character/byte, perplexity, accuracy;
+a classifier: loss, accuracy, count) and any decoding metrics the task adds. The evaluation
+itself is ``seqjax.train.evaluator.Evaluator``, which the training loop also runs.
 
 Transformer-XL runs are evaluated with ``config.eval``'s lengths (Dai et al. 2019, §4);
 override them with ``--tgt_len/--mem_len/--clamp_len/--same_length``.

@@ -1,11 +1,17 @@
 """The extension recipes of ``docs/extending.md``, run: a new attention mechanism is its
 scores + its mask + one ``numerics`` call and one ``register``; it then works in every model
 (here the LM, trained one step) and equals the flex ``sliding_window`` pattern it restates.
+A new task (the doc's code block, executed as printed) trains through the loop's train step.
 
 Legend: B batch, T length, H heads, D head dim.
 """
 
 from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
@@ -95,3 +101,79 @@ def test_new_mechanism_trains_in_the_lm(registered):
     a, b = apply(tok), apply(changed)
     np.testing.assert_allclose(a[:, 8:], b[:, 8:], rtol=1e-5, atol=1e-5)
     assert not np.allclose(a[:, 3:8], b[:, 3:8])
+
+
+# --- "A new task" (docs/extending.md): the code block is executed as printed ---------------
+
+
+def _doc_block(heading: str) -> str:
+    """The first ```python block after ``heading`` in docs/extending.md."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "extending.md").read_text()
+    section = text[text.index(heading) :]
+    start = section.index("```python\n") + len("```python\n")
+    return section[start : section.index("```", start)]
+
+
+@pytest.fixture
+def doc_task(monkeypatch):
+    """The doc's task file, run as a module of its own (Flax modules need a real module)."""
+    from seqjax import tasks
+
+    module = types.ModuleType("doc_task_example")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    exec(compile(_doc_block("## A new task"), "docs/extending.md", "exec"), module.__dict__)  # noqa: S102
+    yield module.ReverseTask
+    tasks.unregister("reverse_example")
+
+
+def _reverse_batch(rng, b=8, s=8, vocab=12):
+    """Source: s - 1 ids in [2, vocab) then a pad; targets: the ids reversed, then EOS = 1."""
+    ids = rng.integers(2, vocab, (b, s - 1)).astype(np.int32)
+    source = np.concatenate([ids, np.zeros((b, 1), np.int32)], axis=1)
+    targets = np.concatenate([ids[:, ::-1], np.ones((b, 1), np.int32)], axis=1)
+    return {"inputs": source, "targets": targets, "weights": np.ones((b, s), np.float32)}
+
+
+def test_new_task_from_the_doc_trains_through_the_train_step(doc_task):
+    from seqjax import data as data_lib
+    from seqjax import tasks
+    from seqjax.train import defaults, optim, sharding, state
+    from seqjax.train import step as step_lib
+
+    config = defaults.base(data_lib.default_config())
+    config.data.seq_len, config.data.batch_size = 8, 8
+    config.model.update(num_layers=1, d_model=32, num_heads=2, max_len=16)
+    config.train.num_steps = 40
+    config.train.label_smoothing = 0.1
+    config.optimizer.update(learning_rate=1e-2, warmup_steps=0)
+    config.mesh.data = 1
+    info = SimpleNamespace(task="reverse_example", vocab_size=12, seq_len=8, pad_id=0)
+
+    assert "reverse_example" in tasks.names()
+    task = tasks.for_run(config, info)  # the registry's task, configured from the config
+    assert isinstance(task, doc_task) and task.label_smoothing == 0.1
+    assert task.input_length(config) == config.model.max_len  # [source; decoder inputs]
+    model = task.build_model(config, task.model_config(config, info))
+    tx, schedule = optim.make_optimizer(config.optimizer, config.train.num_steps)
+    mesh = sharding.make_mesh(config.mesh)
+    _, shardings, init = state.create_state(model, tx, task.init_shapes(config, info), 0, mesh)
+    fn = step_lib.make_train_step(model, task, tx, schedule, accum_steps=2, mesh=mesh)
+    train_step = step_lib.jit_train_step(fn, shardings, mesh)
+    rng = np.random.default_rng(0)
+    st, losses = init(), []
+    with sharding.rules_and_mesh(mesh):
+        for _ in range(40):
+            st, m = train_step(st, sharding.global_batch(_reverse_batch(rng), mesh))
+            losses.append(float(m["loss"]))
+    assert np.isfinite(losses).all() and np.mean(losses[-5:]) < np.mean(losses[:5]) - 0.5
+
+    # Evaluation sums: smoothed loss, unsmoothed NLL (perplexity), count.
+    batch = _reverse_batch(rng)
+    params = jax.device_get(st["params"])
+    sums, _ = task.batch_sums(model, params, batch, rng=None, train=False)
+    summary = task.eval_summary(jax.device_get(sums), config)
+    assert summary["count"] == 64.0 and not np.isclose(sums["loss_sum"], sums["nll_sum"])
+    np.testing.assert_allclose(summary["perplexity"], np.exp(sums["nll_sum"] / 64), rtol=1e-6)
+    # A malformed batch is refused by name before anything compiles.
+    with pytest.raises(ValueError, match=r"batch\['targets'\] must be int32 of rank 2"):
+        task.check_batch({**batch, "targets": batch["targets"][:, 0]})

@@ -109,9 +109,11 @@ def train() -> ml_collections.ConfigDict:
     c.stop_after = 0
     # Token-level label smoothing epsilon of sequence-to-sequence losses (Vaswani et al.: 0.1).
     c.label_smoothing = 0.0
-    c.sample_prompt = "def "  # LM: prompt of the sample printed at the end
-    c.sample_length = 200  # LM: characters/tokens sampled at the end (0 = none)
-    c.sample_temperature = 0.8  # LM: sampling temperature (0 = greedy)
+    # A task that generates (the LM; seqjax.tasks.Task.generates): the end-of-run sample
+    # (a seq2seq task translates the prompt).
+    c.sample_prompt = "def "  # prompt of the sample printed at the end
+    c.sample_length = 200  # characters/tokens sampled at the end (0 = none)
+    c.sample_temperature = 0.8  # sampling temperature (0 = greedy)
     # Trace steps [start, stop) with jax.profiler into <workdir>/profile (TensorBoard's
     # profile plugin / Perfetto), e.g. "10,20"; "" = off.
     c.profile_steps = ""

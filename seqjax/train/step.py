@@ -118,11 +118,6 @@ def make_train_step(
     return train_step
 
 
-def zero_sums(task) -> dict:
-    """The evaluation accumulator of ``task`` before the first batch (float32 zeros)."""
-    return tasks.get(task).zero_sums()
-
-
 def make_eval_step(model, task):
     """Returns ``eval_step(params, sums, memory, batch) -> (sums, new_memory)``: the task's
     sums (``seqjax.tasks.Task.sum_keys``) added to the running ``sums``; ``memory`` is None
