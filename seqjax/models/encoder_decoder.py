@@ -179,9 +179,12 @@ class EncoderDecoderConfig:
                         f"model.{field}: {name!r} cannot be used here: {refused[name]}; "
                         f"valid mechanisms: {valid}"
                     )
-                attention_lib.check_options(name, dict(options))
-                if mech.validate is not None:
-                    mech.validate(dict(options), length)
+                try:
+                    attention_lib.check_options(name, dict(options))
+                    if mech.validate is not None:
+                        mech.validate(dict(options), length)
+                except ValueError as e:
+                    raise ValueError(f"model.{field}: {e}") from e
 
     def _stack(self, **kw) -> TransformerConfig:
         return TransformerConfig(
