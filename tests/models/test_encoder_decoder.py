@@ -120,6 +120,7 @@ ENCODERS = {
     "linformer": dict(
         encoder_attention=attention_cycle("linformer", {"linformer": dict(max_len=S, k=4)})
     ),
+    "lsh": dict(encoder_attention=attention_cycle("lsh", {"lsh": dict(chunk_len=4)})),
 }
 
 
