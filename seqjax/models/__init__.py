@@ -1,5 +1,7 @@
-"""Flax Linen models: ``TransformerLM`` (decoder) and ``TransformerClassifier`` (encoder)."""
+"""Flax Linen models: ``TransformerLM`` (decoder), ``TransformerClassifier`` (encoder) and
+``EncoderDecoder`` (Vaswani et al. 2017's sequence-to-sequence Transformer)."""
 
+from seqjax.models.encoder_decoder import EncoderDecoder, EncoderDecoderConfig, shift_right
 from seqjax.models.layers import MultiHeadAttention, freeze_options
 from seqjax.models.transformer import (
     TransformerClassifier,
@@ -9,10 +11,13 @@ from seqjax.models.transformer import (
 )
 
 __all__ = [
+    "EncoderDecoder",
+    "EncoderDecoderConfig",
     "MultiHeadAttention",
     "TransformerClassifier",
     "TransformerConfig",
     "TransformerLM",
     "attention_cycle",
     "freeze_options",
+    "shift_right",
 ]

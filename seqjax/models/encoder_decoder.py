@@ -10,8 +10,11 @@ comes from ``seqjax.models.layers``: post-LN ``LayerNorm(x + Sublayer(x))`` as i
 (§3.1) or pre-LN with a final norm per stack; the attention of each stack is a per-layer
 cycle of any registered mechanism (the decoder's must be causal), and with
 ``reversible=True`` both stacks are reversible (the Reformer's encoder-decoder, Kitaev et
-al. 2020, §5; ``seqjax.models.reversible``). Token id 0 is padding and the decoder's start
-token (``shift_right``).
+al. 2020, §5; a decoder layer's F is self- then cross-attention, see
+``seqjax.models.reversible``). Token id 0 is padding and the decoder's start token
+(``shift_right``): source padding is masked as keys; target padding is not (it cannot be
+told from the start token), but causality keeps it out of every real position, and the
+loss masks it. Training calls pass ``rngs={"dropout": key}`` (and ``"lsh"`` for LSH).
 
 Usage::
 
@@ -179,9 +182,12 @@ class EncoderDecoderConfig:
                         f"model.{field}: {name!r} cannot be used here: {refused[name]}; "
                         f"valid mechanisms: {valid}"
                     )
-                attention_lib.check_options(name, dict(options))
-                if mech.validate is not None:
-                    mech.validate(dict(options), length)
+                try:
+                    attention_lib.check_options(name, dict(options))
+                    if mech.validate is not None:
+                        mech.validate(dict(options), length)
+                except ValueError as e:
+                    raise ValueError(f"model.{field}: {e}") from e
 
     def _stack(self, **kw) -> TransformerConfig:
         return TransformerConfig(
