@@ -411,3 +411,65 @@ def ulysses_attention(
         check_vma=False,
     )
     return fn(*args, rng)
+
+
+# Why a mechanism cannot run on a sequence-sharded model (config validation refuses it when
+# config.mesh.sequence > 1, before anything compiles).
+_REFUSALS = {
+    "lsh": "LSH attention sorts every position of the sequence into hash buckets, so each "
+    "device would need the whole sequence's keys",
+    "relative": "Transformer-XL's relative attention shifts position scores across the whole "
+    "segment and attends to a memory of earlier segments, neither of which is split along "
+    "the sequence",
+    "linformer": "Linformer projects the keys of the whole sequence with E (a psum of "
+    "per-shard projections is not implemented)",
+    "sparse_strided": "block-sparse patterns are not run on the ring (ring steps the pattern "
+    "leaves empty are not skipped yet)",
+    "sparse_fixed": "block-sparse patterns are not run on the ring (ring steps the pattern "
+    "leaves empty are not skipped yet)",
+    "flex": "flex patterns are not run on the ring (ring steps the pattern leaves empty are "
+    "not skipped yet)",
+}
+SEQUENCE_PARALLEL_MECHANISMS = ("dense", "causal")
+SEQUENCE_PARALLEL_IMPLEMENTATIONS = ("auto", "ring", "ulysses")
+
+
+def refusal(mechanism: str) -> str | None:
+    """One sentence on why ``mechanism`` cannot run with ``mesh.sequence > 1`` (None if it
+    can: ``dense`` and ``causal``)."""
+    if mechanism in SEQUENCE_PARALLEL_MECHANISMS:
+        return None
+    why = _REFUSALS.get(mechanism, "it has no sequence-parallel implementation")
+    return f"attention {mechanism!r} cannot run with config.mesh.sequence > 1: {why}."
+
+
+def config_problems(
+    implementation: str, *, length: int, num_heads: int, n: int, tensor: int
+) -> list[str]:
+    """Problems of a ``dense``/``causal`` layer with ``implementation`` on a ``sequence``
+    axis of ``n`` devices (one sentence each; config validation prefixes the field)."""
+    out: list[str] = []
+    if n <= 1:
+        return out
+    if implementation not in SEQUENCE_PARALLEL_IMPLEMENTATIONS:
+        out.append(
+            f"dense implementation {implementation!r} would gather the whole sequence on every "
+            f"device with config.mesh.sequence={n}; valid: "
+            f"{', '.join(SEQUENCE_PARALLEL_IMPLEMENTATIONS)}"
+        )
+        return out
+    h = num_heads // tensor if num_heads % tensor == 0 else num_heads
+    if implementation == "ulysses" and h % n:
+        out.append(
+            f"dense implementation 'ulysses' needs the heads per device ({h}) to be a multiple "
+            f"of config.mesh.sequence={n}; valid: 'ring' or 'auto'"
+        )
+    uses_ring = implementation == "ring" or (implementation == "auto" and h % n)
+    chunks = 2 * n if uses_ring else n
+    if length % chunks:
+        out.append(
+            f"the input length {length} (config.data.seq_len/max_len) must be a multiple of "
+            f"{chunks} = {'2 x ' if uses_ring else ''}config.mesh.sequence for "
+            f"{'ring (zigzag causal placement)' if uses_ring else 'all-to-all'} attention"
+        )
+    return out
