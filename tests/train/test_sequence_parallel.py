@@ -44,6 +44,18 @@ def _losses(config) -> list[float]:
     [
         (2, {"mesh.sequence": 4}, "ring"),
         pytest.param(4, {"mesh.sequence": 4, "mesh.data": 2}, "ulysses", marks=pytest.mark.slow),
+        pytest.param(
+            4,
+            {"mesh.sequence": 2, "mesh.fsdp": 2, "mesh.tensor": 2},
+            "ulysses",  # 2 heads per tensor shard divide sequence=2
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
+            2,
+            {"mesh.sequence": 2, "mesh.fsdp": 2, "mesh.tensor": 2},
+            "ring",
+            marks=pytest.mark.slow,
+        ),
     ],
 )
 def test_sequence_parallel_losses_equal_one_device(helpers, corpus, caplog, heads, mesh, impl):
