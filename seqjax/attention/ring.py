@@ -421,8 +421,6 @@ _REFUSALS = {
     "relative": "Transformer-XL's relative attention shifts position scores across the whole "
     "segment and attends to a memory of earlier segments, neither of which is split along "
     "the sequence",
-    "linformer": "Linformer projects the keys of the whole sequence with E (a psum of "
-    "per-shard projections is not implemented)",
     "sparse_strided": "block-sparse patterns are not run on the ring (ring steps the pattern "
     "leaves empty are not skipped yet)",
     "sparse_fixed": "block-sparse patterns are not run on the ring (ring steps the pattern "
@@ -430,13 +428,18 @@ _REFUSALS = {
     "flex": "flex patterns are not run on the ring (ring steps the pattern leaves empty are "
     "not skipped yet)",
 }
-SEQUENCE_PARALLEL_MECHANISMS = ("dense", "causal")
+# dense/causal run as ring or all-to-all attention; Linformer runs sequence-sharded as it is:
+# its projections E K and F V contract the sharded sequence axis (E is sharded along it by
+# the logical axis 'length'), which the SPMD partitioner turns into per-shard products and
+# an all-reduce (the psum of per-shard projections), no all-gather (tested).
+RING_MECHANISMS = ("dense", "causal")
+SEQUENCE_PARALLEL_MECHANISMS = (*RING_MECHANISMS, "linformer")
 SEQUENCE_PARALLEL_IMPLEMENTATIONS = ("auto", "ring", "ulysses")
 
 
 def refusal(mechanism: str) -> str | None:
     """One sentence on why ``mechanism`` cannot run with ``mesh.sequence > 1`` (None if it
-    can: ``dense`` and ``causal``)."""
+    can: ``SEQUENCE_PARALLEL_MECHANISMS``)."""
     if mechanism in SEQUENCE_PARALLEL_MECHANISMS:
         return None
     why = _REFUSALS.get(mechanism, "it has no sequence-parallel implementation")

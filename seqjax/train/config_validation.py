@@ -136,9 +136,11 @@ def validate(config, *, num_devices: int | None = None, process_count: int | Non
         if sp > 1:  # context parallelism: which attention can run sequence-sharded
             errors.extend(f"config.mesh.sequence={sp}: {why}"
                           for why in filter(None, map(ring.refusal, names)))  # fmt: skip
-            for name in (nm for nm in names if nm in ring.SEQUENCE_PARALLEL_MECHANISMS):
+            length = input_length(config) if d.name in DATASETS else 0
+            if "linformer" in names and length % sp:
+                bad("mesh.sequence", sp, f"a divisor of the input length {length} (linformer)")
+            for name in (nm for nm in names if nm in ring.RING_MECHANISMS):
                 impl = dict(options.get(name, {}) or {}).get("implementation", "auto")
-                length = input_length(config) if d.name in DATASETS else 0
                 errors.extend(f"config.mesh.sequence={sp} with config.model.attention_options."
                               f"{name}.implementation={impl!r}: {why}"
                               for why in ring.config_problems(
