@@ -310,12 +310,21 @@ def ring_attention(
       block_q, block_k: block sizes of the per-device FlashAttention engine.
 
     Returns:
-      ``[B, T, H, Dv]`` in the dtype of ``q``, sharded along T over ``sequence``.
+      ``[B, T, H, Dv]`` in the dtype of ``q``, sharded along T over ``sequence``. Without a
+      ``sequence`` axis of more than one device this is ``dense.chunked_attention``.
 
     Raises:
       ValueError: when ``T != S`` or T is not a multiple of ``n`` (``2n`` when causal).
     """
     n = axis_size()
+    if n == 1:  # no sequence axis (or of size 1): the ring is one device's chunked attention
+        from seqjax.attention import dense  # dense imports this module
+
+        return dense.chunked_attention(
+            q, k, v, causal=causal, mask=mask, segment_ids=segment_ids, scale=scale,
+            dropout_rate=dropout_rate, dropout_rng=dropout_rng, block_q=block_q,
+            block_k=block_k,
+        )  # fmt: skip
     _check(q, k, causal, n, "ring")
     blockwise._check_not_forward_mode(q, k, v)
     numerics.check_dropout(dropout_rate, dropout_rng)
@@ -366,6 +375,12 @@ def ulysses_attention(
     from seqjax.attention import dense  # dense imports this module
 
     n = axis_size()
+    if n == 1:  # no sequence axis (or of size 1): one device's chunked attention
+        return dense.chunked_attention(
+            q, k, v, causal=causal, mask=mask, segment_ids=segment_ids, scale=scale,
+            dropout_rate=dropout_rate, dropout_rng=dropout_rng, block_q=block_q,
+            block_k=block_k,
+        )  # fmt: skip
     _check(q, k, False, n, "ulysses")
     h = local_heads(q.shape[2])
     if h % n:

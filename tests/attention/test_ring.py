@@ -213,3 +213,11 @@ def test_linformer_runs_sequence_sharded_through_a_psum_of_projections():
     np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
     for got_x, want_x in zip(got[1], want[1], strict=True):
         np.testing.assert_allclose(got_x, want_x, atol=1e-5, rtol=1e-4)
+
+
+def test_without_a_sequence_axis_ring_and_ulysses_are_chunked():
+    qkv, _, kw = _inputs(h=2)
+    want = dense.chunked_attention(*qkv, causal=True, **kw)
+    for impl in ("ring", "ulysses"):
+        got = dense.causal_attention(*qkv, implementation=impl, **kw)
+        np.testing.assert_allclose(got, want, atol=1e-6)
