@@ -221,3 +221,15 @@ def test_without_a_sequence_axis_ring_and_ulysses_are_chunked():
     for impl in ("ring", "ulysses"):
         got = dense.causal_attention(*qkv, implementation=impl, **kw)
         np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+def test_ring_rows_without_visible_keys_are_zero_with_finite_gradients():
+    qkv, g, _ = _inputs(h=2, masked=False)
+    mask_BT = jnp.zeros((2, 24), bool).at[1].set(True)  # example 0: no visible key at all
+    with jax.set_mesh(_mesh(2)):
+        out, grads = jax.jit(
+            lambda q, k, v: _value_and_grads(ring.ring_attention, (q, k, v), g, mask=mask_BT)
+        )(*qkv)
+    np.testing.assert_array_equal(out[0], 0.0)
+    assert all(bool(jnp.isfinite(x).all()) for x in grads)
+    np.testing.assert_array_equal(grads[0][0], 0.0)
