@@ -15,7 +15,16 @@ Implementations (option ``implementation``), all exact and mask-identical:
     GPU, interpret mode elsewhere) over the dense (or causal lower-triangle) table; the
     portable fused kernel where cuDNN does not apply (float32, head dims cuDNN rejects).
   * ``"splash"``: TPU splash attention (``seqjax.attention.splash``; interpret mode off TPU).
-  * ``"auto"`` (default): splash on a TPU (``chunked`` with dropout); cuDNN on a GPU when
+  * ``"ring"``: ring attention over the ``sequence`` mesh axis (context parallelism,
+    ``seqjax.attention.ring``: key/value blocks passed around the devices, zigzag causal
+    load balancing, a custom VJP that passes dK/dV around the ring).
+  * ``"ulysses"``: all-to-all (DeepSpeed-Ulysses) attention over the ``sequence`` axis
+    (sequence-sharded -> head-sharded, ``chunked`` per device, and back); needs the heads
+    per device to be a multiple of the axis size.
+  * ``"auto"`` (default): under an ambient mesh whose ``sequence`` axis has n > 1 devices
+    and self-attention whose length the axis divides, ``ulysses`` when the heads divide n,
+    else ``ring`` (``ring.choose``; the choice and its reason are logged once); otherwise
+    splash on a TPU (``chunked`` with dropout); cuDNN on a GPU when
     the shapes, dtype and options allow it (the reason is logged once when they do not),
     otherwise ``reference`` for short sequences and ``chunked`` for long ones.
 
@@ -36,12 +45,12 @@ import logging
 import jax
 import jax.numpy as jnp
 
-from seqjax.attention import blockwise, numerics, pallas_blocks, registry, splash
+from seqjax.attention import blockwise, numerics, pallas_blocks, registry, ring, splash
 from seqjax.attention import masks as masks_lib
 
 log = logging.getLogger(__name__)
 
-IMPLEMENTATIONS = ("auto", "reference", "chunked", "cudnn", "pallas", "splash")
+IMPLEMENTATIONS = ("auto", "reference", "chunked", "cudnn", "pallas", "splash", "ring", "ulysses")
 # Above this many logits per (batch, head), "auto" on CPU/TPU switches to "chunked".
 AUTO_CHUNK_THRESHOLD = 2048 * 2048
 
@@ -198,6 +207,11 @@ def dense_attention(q, k, v, *, implementation="auto", block_q=512, block_k=512,
         raise ValueError(
             f"unknown dense implementation {implementation!r}; valid: {', '.join(IMPLEMENTATIONS)}"
         )
+    if implementation == "auto" and ring.axis_size() > 1:
+        implementation = _auto_sequence_parallel(q, k, kwargs.get("causal", False))
+    if implementation in ("ring", "ulysses"):
+        fn = ring.ring_attention if implementation == "ring" else ring.ulysses_attention
+        return fn(q, k, v, block_q=block_q, block_k=block_k, **kwargs)
     if implementation == "auto" and jax.default_backend() == "tpu":
         no_drop = kwargs.get("dropout_rate", 0.0) == 0.0
         implementation = "splash" if no_drop else "chunked"
@@ -223,6 +237,19 @@ def dense_attention(q, k, v, *, implementation="auto", block_q=512, block_k=512,
     return cudnn_attention(q, k, v, **kwargs)
 
 
+def _auto_sequence_parallel(q, k, causal: bool) -> str:
+    """``auto`` under a ``sequence`` axis: ``ring.choose`` when the lengths allow it, else
+    ``auto`` (the sharded arrays are then gathered by XLA; logged once)."""
+    n = ring.axis_size()
+    choice, why = ring.choose(q.shape[2], n)
+    problem = ring.unsupported(q.shape[1], k.shape[1], n, causal=causal and choice == "ring")
+    if problem is not None:
+        ring.log_choice("auto (unsharded)", problem)
+        return "auto"
+    ring.log_choice(choice, why)
+    return choice
+
+
 def causal_attention(q, k, v, **kwargs):
     """``dense`` with ``causal=True`` (registered as ``"causal"`` for decoder configs)."""
     kwargs["causal"] = True
@@ -230,7 +257,8 @@ def causal_attention(q, k, v, **kwargs):
 
 
 _DOCS = {
-    "dense": "full softmax attention (Vaswani et al. 2017); reference | chunked | cudnn | auto",
+    "dense": "full softmax attention (Vaswani et al. 2017); reference | chunked | cudnn | "
+    "pallas | splash | ring | ulysses | auto",
     "causal": "dense attention with the causal mask always on (decoders)",
 }
 for _name, _fn in (("dense", dense_attention), ("causal", causal_attention)):

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 
 from seqjax import attention as attention_lib
 from seqjax import tasks
+from seqjax.attention import ring
 from seqjax.data import api as data_api
 from seqjax.data.config import DATASETS
 from seqjax.models import memory
@@ -113,14 +114,15 @@ def validate(config, *, num_devices: int | None = None, process_count: int | Non
 
     # ---- mesh and batch
     try:
-        dp_data, dp_fsdp, tp = sharding.resolve_mesh_shape(config.mesh, num_devices)
+        dp_data, dp_fsdp, sp, tp = sharding.resolve_mesh_shape(config.mesh, num_devices)
         dp = dp_data * dp_fsdp
-        if num_devices % (dp * tp):
+        if num_devices % (dp * sp * tp):
             bad("mesh", dict(config.mesh),
                 f"axis sizes whose product divides the {num_devices} devices "
                 f"({', '.join(str(k) for k in range(1, num_devices + 1) if num_devices % k == 0)})"
-                f"; data={dp_data} x fsdp={dp_fsdp} x tensor={tp} = {dp * tp} would leave "
-                f"{num_devices - dp * tp} idle (-1 = the rest)")  # fmt: skip
+                f"; data={dp_data} x fsdp={dp_fsdp} x sequence={sp} x tensor={tp} = "
+                f"{dp * sp * tp} would leave {num_devices - dp * sp * tp} idle "
+                "(-1 = the rest)")  # fmt: skip
         elif not isinstance(d.batch_size, int) or d.batch_size < 1:
             pass  # reported below
         elif d.batch_size % dp:
@@ -131,6 +133,19 @@ def validate(config, *, num_devices: int | None = None, process_count: int | Non
                 f"a divisor of the per-device batch {d.batch_size // dp}")  # fmt: skip
         if tp > 1 and m.num_heads % tp:
             bad("mesh.tensor", tp, f"a divisor of model.num_heads={m.num_heads}")
+        if sp > 1:  # context parallelism: which attention can run sequence-sharded
+            errors.extend(f"config.mesh.sequence={sp}: {why}"
+                          for why in filter(None, map(ring.refusal, names)))  # fmt: skip
+            length = input_length(config) if d.name in DATASETS else 0
+            if "linformer" in names and length % sp:
+                bad("mesh.sequence", sp, f"a divisor of the input length {length} (linformer)")
+            for name in (nm for nm in names if nm in ring.RING_MECHANISMS):
+                impl = dict(options.get(name, {}) or {}).get("implementation", "auto")
+                errors.extend(f"config.mesh.sequence={sp} with config.model.attention_options."
+                              f"{name}.implementation={impl!r}: {why}"
+                              for why in ring.config_problems(
+                                  impl, length=length, num_heads=m.num_heads, n=sp,
+                                  tensor=tp))  # fmt: skip
     except ValueError as e:
         errors.append(str(e))
     if isinstance(d.batch_size, int) and d.batch_size % max(process_count, 1):

@@ -146,6 +146,9 @@ def mesh() -> ml_collections.ConfigDict:
     c.data = -1  # data parallelism (parameters replicated)
     c.fsdp = 1  # data parallelism with parameters and optimizer state sharded
     c.tensor = 1  # tensor parallelism over heads / feed-forward width / vocabulary
+    # context parallelism: activations split along the sequence; dense/causal attention runs
+    # as ring or all-to-all attention (seqjax.attention.ring; other mechanisms refuse)
+    c.sequence = 1
     return c
 
 

@@ -3,8 +3,10 @@
 One table (``RULES``) maps the logical axis names the models put on parameters and
 activations (``seqjax.models.layers``: vocab, embed, heads, kv, mlp, length, batch) to the
 mesh axes ``data`` (pure data parallelism), ``fsdp`` (data parallelism whose parameters and
-optimizer state are sharded too) and ``tensor`` (Megatron-style tensor parallelism over
-heads / the feed-forward width / the vocabulary).
+optimizer state are sharded too), ``sequence`` (context parallelism: activations split along
+the sequence; embeddings, norms and MLPs are token-local, and attention runs as ring or
+all-to-all attention, ``seqjax.attention.ring``) and ``tensor`` (Megatron-style tensor
+parallelism over heads / the feed-forward width / the vocabulary).
 
 Legend: B global batch, b per-process batch, T sequence length.
 """
@@ -21,11 +23,12 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
-MESH_AXES = ("data", "fsdp", "tensor")
+MESH_AXES = ("data", "fsdp", "sequence", "tensor")
 
 # Logical axis -> mesh axes, by priority (Flax assigns a mesh axis at most once per array,
-# so activations ("batch", "length", "embed") shard the batch over data+fsdp and keep the
-# embedding whole, while the parameters' "embed" dimension is sharded over fsdp).
+# so activations ("batch", "length", "embed") shard the batch over data+fsdp, the sequence
+# over sequence and keep the embedding whole, while the parameters' "embed" dimension is
+# sharded over fsdp).
 RULES = (
     ("batch", ("data", "fsdp")),
     ("vocab", "tensor"),
@@ -33,7 +36,7 @@ RULES = (
     ("mlp", "tensor"),
     ("embed", "fsdp"),
     ("kv", None),
-    ("length", None),
+    ("length", "sequence"),
     ("proj_k", None),  # Linformer's projected length k
 )
 
@@ -67,8 +70,9 @@ def maybe_initialize_distributed() -> None:
         jax.distributed.initialize()
 
 
-def resolve_mesh_shape(mesh_cfg, num_devices: int) -> tuple[int, int, int]:
-    """Sizes of (data, fsdp, tensor) with ``-1`` (at most one) = the rest of the devices.
+def resolve_mesh_shape(mesh_cfg, num_devices: int) -> tuple[int, int, int, int]:
+    """Sizes of ``MESH_AXES`` (data, fsdp, sequence, tensor; a missing field is 1) with
+    ``-1`` (at most one) = the rest of the devices.
 
     Raises:
       ValueError: naming ``config.mesh.<axis>`` when a size is invalid or the mesh needs more
@@ -97,25 +101,28 @@ def resolve_mesh_shape(mesh_cfg, num_devices: int) -> tuple[int, int, int]:
     total = math.prod(sizes.values())
     if total > num_devices:
         raise ValueError(
-            f"config.mesh data={sizes['data']} x fsdp={sizes['fsdp']} x tensor="
-            f"{sizes['tensor']} = {total} devices, but only {num_devices} are available "
+            f"config.mesh {' x '.join(f'{a}={sizes[a]}' for a in MESH_AXES)} = {total} "
+            f"devices, but only {num_devices} are available "
             f"({jax.default_backend()}); valid: a product <= {num_devices}"
         )
-    return sizes["data"], sizes["fsdp"], sizes["tensor"]
+    return tuple(sizes[a] for a in MESH_AXES)
 
 
 def make_mesh(mesh_cfg) -> jax.sharding.Mesh:
-    """The ``('data', 'fsdp', 'tensor')`` mesh over the first ``prod(sizes)`` devices."""
+    """The ``MESH_AXES`` mesh over the first ``prod(sizes)`` devices."""
     devices = jax.devices()
     shape = resolve_mesh_shape(mesh_cfg, len(devices))
     used = devices[: math.prod(shape)]
-    return jax.make_mesh(shape, MESH_AXES, axis_types=(AxisType.Auto,) * 3, devices=used)
+    return jax.make_mesh(
+        shape, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES), devices=used
+    )
 
 
 @contextlib.contextmanager
 def rules_and_mesh(mesh):
     """Context for running model code on ``mesh`` with the logical-axis ``RULES``, so the
-    models' ``nn.with_logical_constraint`` calls shard activations (batch over data+fsdp)."""
+    models' ``nn.with_logical_constraint`` calls shard activations (batch over data+fsdp,
+    length over sequence); attention reads the ``sequence`` axis from this mesh."""
     with jax.set_mesh(mesh), nn.logical_axis_rules(RULES):
         yield
 
