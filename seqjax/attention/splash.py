@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from seqjax.attention import masks as masks_lib
 from seqjax.attention import sparse_patterns as patterns
 
 TILE = 128
@@ -78,7 +79,8 @@ def _fn_mask_class():
     _, sm = _splash_modules()
 
     class FnMask(sm._ComputableMask):
-        """A lazy ``[T, S]`` mask from ``fn(q_idx, k_idx)`` plus bottom-right causality."""
+        """A lazy ``[T, S]`` mask from ``fn(q_idx, k_idx)`` plus bottom-right causality
+        (``fn`` already takes absolute query positions: ``masks.at_absolute``)."""
 
         def __init__(self, shape, fn: Callable | None, causal: bool, offset: int, valid_len):
             t, s = valid_len
@@ -105,6 +107,19 @@ def _fn_mask_class():
 
 @functools.lru_cache(maxsize=32)
 def _kernel(head_fns: tuple, t: int, s: int, tp: int, sp: int, causal: bool, interpret: bool):
+    """The splash kernel and its empty-row table, built once per argument set.
+
+    The first call may come from inside a ``jit``/``eval_shape``/``grad`` trace, and
+    ``make_splash_mha`` turns its mask info into arrays with ``jnp.array``: built there, the
+    cached kernel would hold that trace's tracers and every later trace would fail with
+    ``UnexpectedTracerError``. ``ensure_compile_time_eval`` builds it eagerly (concrete
+    arrays, constants of every later trace) wherever the first call comes from.
+    """
+    with jax.ensure_compile_time_eval():
+        return _build_kernel(head_fns, t, s, tp, sp, causal, interpret)
+
+
+def _build_kernel(head_fns, t, s, tp, sp, causal, interpret):
     sk, sm = _splash_modules()
     fn_mask = _fn_mask_class()
     masks = [fn_mask((tp, sp), fn, causal, s - t, (t, s)) for fn in head_fns]
@@ -165,6 +180,8 @@ def splash_attention(
     if not callable(head_fns) and head_fns is not None and len(head_fns) != h:
         raise ValueError(f"splash: {len(head_fns)} head masks for {h} heads")
     fns = tuple(head_fns) if isinstance(head_fns, (list, tuple)) else (head_fns,) * h
+    # Patterns at absolute (bottom-right aligned) query positions, like causality.
+    fns = tuple(masks_lib.at_absolute(fn, t, s) for fn in fns)
     interpret = default_interpret() if interpret is None else interpret
     tp, sp = -(-t // TILE) * TILE, -(-s // TILE) * TILE
     kernel, empty = _kernel(fns, t, s, tp, sp, causal, interpret)
