@@ -95,23 +95,24 @@ def test_lowering_twice_leaks_no_tracer():
 def test_block_sparse_kernels_lower_to_triton_with_the_table_grid(with_masks):
     """interpret=False on GPU: three Triton kernels whose launch grids are (nq, B, H) for the
     forward and dQ kernels and (nk, B, H) for dK/dV, nq and nk from the block table."""
-    bs = 64
+    bs, t = 64, 320  # 5 blocks: a 5 x 2 table, padded to a power of two for Triton
     table, count, _ = flex.block_table(
-        flex.make_pattern("sliding_window", window=48), None, T, T, bs, bs, True, 0
+        flex.make_pattern("sliding_window", window=48), None, t, t, bs, bs, True, 0
     )
-    seg_BT = (jnp.arange(T)[None, :] >= 100).astype(jnp.int32) * jnp.ones((B, 1), jnp.int32)
+    seg_BT = (jnp.arange(t)[None, :] >= 100).astype(jnp.int32) * jnp.ones((B, 1), jnp.int32)
+    pad_BT = jnp.arange(t)[None, :] < jnp.array([[t], [t - 40]])
 
     def fn(q, k, v):
-        extra = dict(mask=_PAD_BT, segment_ids=seg_BT) if with_masks else {}
+        extra = dict(mask=pad_BT, segment_ids=seg_BT) if with_masks else {}
         return pallas_blocks.block_sparse_attention(
             q, k, v, table=table, count=count, block_q=bs, block_k=bs, causal=True, **extra
         )
 
-    exported = lib.export(_value_and_grad(fn), "cuda", *_abstract())
+    exported = lib.export(_value_and_grad(fn), "cuda", *_abstract(t=t))
     calls = lib.custom_calls(exported)
     assert {c["target"] for c in calls} == {lib.TRITON}
     grids = {c["name"]: c["grid"] for c in calls}
-    nq = nk = T // bs
+    nq = nk = t // bs
     assert table.shape[0] == nq
     assert grids == {
         "seqjax_block_sparse_fwd": (nq, B, H),
