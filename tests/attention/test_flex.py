@@ -158,14 +158,15 @@ DECODE_CASES = [
 @pytest.mark.parametrize("options", DECODE_CASES, ids=lambda o: o["pattern"])
 def test_cached_decoding_equals_the_full_forward(options):
     """Query i against the cache of keys 0..i (T = 1, S = i + 1) is row i of the full causal
-    forward pass, for every i (blocksparse engine)."""
+    forward pass (blocksparse engine), at the first position, at block edges and inside
+    blocks (the pattern's block table differs at each)."""
     q, k, v, _ = _inputs(1, 24, 2, 8, seed=5)
     full = FLEX(q, k, v, causal=True, block_size=8, **options)
-    rows = [
-        FLEX(q[:, i : i + 1], k[:, : i + 1], v[:, : i + 1], causal=True, block_size=8, **options)
-        for i in range(24)
-    ]
-    np.testing.assert_allclose(np.asarray(jnp.concatenate(rows, 1)), np.asarray(full), atol=2e-5)
+    for i in (0, 7, 8, 13, 23):
+        row = FLEX(
+            q[:, i : i + 1], k[:, : i + 1], v[:, : i + 1], causal=True, block_size=8, **options
+        )
+        np.testing.assert_allclose(np.asarray(row[:, 0]), np.asarray(full[:, i]), atol=2e-5)
 
 
 @pytest.mark.parametrize("impl", ["blocksparse", "masked"])

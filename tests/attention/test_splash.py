@@ -79,8 +79,11 @@ class _TinyAttention(nn.Module):
     "name,options",
     [
         ("dense", ()),
-        ("flex", (("pattern", "sliding_window"), ("window", 16))),
-        ("sparse_fixed", (("stride", 32), ("c", 8))),
+        # The same kernel cache: the other mechanisms in the slow set (~15 s each).
+        pytest.param(
+            "flex", (("pattern", "sliding_window"), ("window", 16)), marks=pytest.mark.slow
+        ),
+        pytest.param("sparse_fixed", (("stride", 32), ("c", 8)), marks=pytest.mark.slow),
     ],
 )
 def test_kernel_cache_survives_the_traces_of_training(name, options):
