@@ -19,8 +19,10 @@ TPU, Pallas on GPU, plain JAX elsewhere or with dropout), ``blocksparse``, ``pal
 
 Named patterns (``pattern=...`` in a model config): ``sliding_window`` (``window``),
 ``dilated`` (``window``, ``dilation``), ``global_tokens`` (``num_global`` plus a sliding
-``window``), ``bigbird`` (``window`` blocks, ``num_global`` blocks, ``num_random`` blocks,
-``seed``; a block mask), and the Sparse Transformer's ``strided`` (``stride``) and ``fixed``
+``window``), ``bigbird`` (``window`` blocks, ``num_global`` blocks split between the first
+and the last blocks, exactly ``num_random`` random blocks per row outside the band and the
+globals, ``seed``; a block mask laid out as google-research/bigbird's, see
+``bigbird_block_mask``), and the Sparse Transformer's ``strided`` (``stride``) and ``fixed``
 (``stride``, ``c``) patterns of Child et al. 2019 eqs. (§4.2-4.3) as instances. (The
 registered ``sparse_strided``/``sparse_fixed`` mechanisms are faster for those two: they
 split the pattern into two parts whose tables are denser, see ``sparse_blocks``.)
