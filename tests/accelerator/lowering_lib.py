@@ -238,3 +238,16 @@ def export_train_step(config, platform: str) -> jax_export.Exported:
         jitted, args, mesh = train_step_and_args(config)
         with sharding.rules_and_mesh(mesh):
             return export(jitted, platform, *args)
+
+
+def lower_train_step(config, platform: str):
+    """The train step lowered for ``platform`` with ``jit(...).trace(...).lower`` (not
+    serialized): for meshes of several devices, where cuDNN's sharding rule
+    (``custom_partitioning``, a Python callback) cannot be serialized by ``jax.export``.
+    Returns the lowered module's text."""
+    from seqjax.train import sharding
+
+    with target(platform):
+        jitted, args, mesh = train_step_and_args(config)
+        with sharding.rules_and_mesh(mesh):
+            return jitted.trace(*args).lower(lowering_platforms=(platform,)).as_text()
