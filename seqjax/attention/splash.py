@@ -20,7 +20,7 @@ segment check below.
 
 On a multi-device mesh the kernel runs under ``shard_map`` (XLA cannot partition a Mosaic
 kernel): batch and, when all heads share one mask, heads split as the logical-axis rules
-split ``"batch"`` and ``"heads"`` (``_mesh_split``).
+split ``"batch"`` and ``"heads"`` (``mesh_split``).
 
 Off TPU (tests, CI) the kernels run in Pallas interpret mode. Attention dropout is not
 supported (callers fall back to the plain-JAX engines).
@@ -190,7 +190,7 @@ def splash_attention(
     fns = tuple(masks_lib.at_absolute(fn, t, s) for fn in fns)
     interpret = default_interpret() if interpret is None else interpret
     tp, sp = -(-t // TILE) * TILE, -(-s // TILE) * TILE
-    split = _mesh_split(b, h, same_heads=len(set(fns)) == 1)
+    split = mesh_split(b, h, same_heads=len(set(fns)) == 1)
     h_local = h // split.heads_size if split else h
     kernel, empty = _kernel(fns[:h_local], t, s, tp, sp, causal, interpret)
     if h_local != h:  # every head has the same mask: the local heads' rows, repeated
@@ -245,14 +245,14 @@ def splash_attention(
 
 
 @dataclasses.dataclass(frozen=True)
-class _Split:
+class MeshSplit:
     mesh: object
     batch: tuple | None  # mesh axes of the batch dimension (None: whole on every device)
     heads: tuple | None  # mesh axes of the heads dimension
     heads_size: int
 
 
-def _mesh_split(b: int, h: int, *, same_heads: bool) -> _Split | None:
+def mesh_split(b: int, h: int, *, same_heads: bool) -> MeshSplit | None:
     """How to call the kernel on the current multi-device mesh (None: no mesh, one device).
 
     Mosaic kernels cannot be partitioned by XLA ("wrap the call in a shard_map"), so on a
@@ -278,7 +278,7 @@ def _mesh_split(b: int, h: int, *, same_heads: bool) -> _Split | None:
 
     batch, _ = fits(spec[0], b)
     heads, heads_size = fits(spec[1], h) if same_heads else (None, 1)
-    return _Split(mesh, batch, heads, heads_size)
+    return MeshSplit(mesh, batch, heads, heads_size)
 
 
 def _rows_with_a_key(fns, q_seg, kv_seg, causal: bool, tile: int = TILE):
