@@ -260,11 +260,14 @@ def mesh_split(b: int, h: int, *, same_heads: bool) -> MeshSplit | None:
     (``flax.linen.logical_axis_rules``, e.g. ``seqjax.train.sharding.RULES``) split
     ``"batch"``, and the heads as they split ``"heads"`` when every head has the same mask
     (a per-head pattern keeps all heads on every device). A dimension the axes do not divide,
-    or that no rule names, is whole on every device (correct, replicated work).
+    or that no rule names, is whole on every device (correct, replicated work). Meshes
+    with ``Explicit`` axes are left to the caller (None).
     """
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty or mesh.size == 1:
         return None
+    if any(t != jax.sharding.AxisType.Auto for t in mesh.axis_types):
+        return None  # explicit sharding: the caller places the arrays (seqjax's meshes are Auto)
     import flax.linen as nn  # the logical-axis rules in force (seqjax's models set them)
 
     spec = nn.logical_to_mesh_axes(("batch", "heads")) or (None, None)
