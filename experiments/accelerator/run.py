@@ -18,6 +18,9 @@ Sections (``--sections``, default all):
   causal attention counted in full, as PaLM does) and, for comparison, XLA's
   ``cost_analysis()`` of the compiled step.
 
+* ``tests`` (``--scale gpu``/``tpu`` only): the kernel tests (``KERNEL_TESTS``) run first,
+  compiled on the device, in a pytest subprocess; log in ``results/<platform>_kernel_tests.txt``.
+
 Contenders of a section are timed interleaved (A B C A B C ...), each call synchronised
 with ``block_until_ready``, and the medians are reported with their ratio to the first
 contender. Writes ``results/<device>.json`` and ``.md`` (``--out`` to change the folder).
@@ -30,7 +33,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -44,6 +50,7 @@ from seqjax.models.transformer import TransformerConfig, TransformerLM
 from seqjax.train import flops
 
 HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
 DENSE, LINFORMER, LSH = (attention.get(n) for n in ("dense", "linformer", "lsh"))
 FULL = dict(
     dense=(1024, 2048, 4096, 8192, 16384, 32768),
@@ -336,18 +343,51 @@ def plot(rows, path):
                      title="causal attention, fwd+bwd (interleaved medians)")  # fmt: skip
 
 
+# The kernel tests, run compiled on the device (their kernels leave interpret mode there).
+KERNEL_TESTS = (
+    "tests/attention/test_pallas_blocks.py",
+    "tests/attention/test_splash.py",
+    "tests/attention/test_flex.py",
+    "tests/attention/test_dense.py",
+    "tests/attention/test_sparse_attention.py",
+)
+
+
+def kernel_tests(platform: str, out: Path, timeout_s: int = 300) -> dict:
+    """Runs ``KERNEL_TESTS`` with pytest on ``platform`` (``cuda`` / ``tpu``) in a
+    subprocess (the tests' CPU settings switched off) and writes the log to
+    ``out/<platform>_kernel_tests.txt``; returns ``{'returncode', 'summary', 'log'}``."""
+    env = dict(os.environ, JAX_PLATFORMS=platform, XLA_FLAGS="")
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    cmd = [sys.executable, "-m", "pytest", "-q", "-m", "not slow", *KERNEL_TESTS]
+    try:
+        proc = subprocess.run(
+            cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s
+        )
+        code, log = proc.returncode, proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired as e:
+        code, log = -1, f"timed out after {timeout_s} s\n{e.stdout or ''}"
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{platform}_kernel_tests.txt"
+    path.write_text(log)
+    lines = [ln for ln in log.splitlines() if ln.strip()]
+    summary = lines[-1] if lines else ""
+    print(f"kernel tests on {platform}: {summary} (log: {path})", flush=True)
+    return {"returncode": code, "summary": summary, "log": str(path)}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", choices=sorted(SCALES), default="gpu")
-    parser.add_argument("--sections", default="dense,sparse,efficient,train")
+    parser.add_argument("--sections", default="tests,dense,sparse,efficient,train")
     parser.add_argument("--out", default=str(HERE / "results"))
     args = parser.parse_args(argv)
     scale = SCALES[args.scale]
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
-    unknown = set(sections) - {"dense", "sparse", "efficient", "train"}
+    unknown = set(sections) - {"tests", "dense", "sparse", "efficient", "train"}
     if unknown:
         parser.error(
-            f"--sections: unknown {sorted(unknown)}; valid: dense, sparse, efficient, train"
+            f"--sections: unknown {sorted(unknown)}; valid: tests, dense, sparse, efficient, train"
         )
     if args.scale in ("gpu", "tpu") and jax.default_backend() != args.scale:
         parser.error(
@@ -355,6 +395,9 @@ def main(argv=None):
             f"{jax.default_backend()!r} (use --scale smoke to check the script on a CPU)"
         )
     device = jax.devices()[0]
+    tests = None
+    if "tests" in sections and args.scale in ("gpu", "tpu"):  # CI runs them on CPU already
+        tests = kernel_tests({"gpu": "cuda", "tpu": "tpu"}[args.scale], Path(args.out))
     rows = []
     if "dense" in sections:
         rows += dense_section(scale)
@@ -369,11 +412,13 @@ def main(argv=None):
     out.mkdir(parents=True, exist_ok=True)
     name = env["device"].replace(" ", "_") if args.scale != "smoke" else "smoke"
     summary = summary_rows(rows, env["device"])
-    payload = dict(env=env, rows=rows, summary=summary)
+    payload = dict(env=env, rows=rows, summary=summary, kernel_tests=tests)
     (out / f"{name}.json").write_text(json.dumps(payload, indent=1))
     if any(r["section"] in ("dense", "sparse") for r in rows):
         plot(rows, out / f"{name}.png")
     md = f"# Accelerator benchmarks on {env['device']}\n\n{json.dumps(env)}\n" + markdown(rows)
+    if tests is not None:
+        md += f"\n\nKernel tests compiled on the device: {tests['summary']} ({tests['log']})\n"
     (out / f"{name}.md").write_text(md)
     print(md)
 

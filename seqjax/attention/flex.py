@@ -19,11 +19,21 @@ TPU, Pallas on GPU, plain JAX elsewhere or with dropout), ``blocksparse``, ``pal
 
 Named patterns (``pattern=...`` in a model config): ``sliding_window`` (``window``),
 ``dilated`` (``window``, ``dilation``), ``global_tokens`` (``num_global`` plus a sliding
-``window``), ``bigbird`` (``window`` blocks, ``num_global`` blocks, ``num_random`` blocks,
-``seed``; a block mask), and the Sparse Transformer's ``strided`` (``stride``) and ``fixed``
+``window``), ``bigbird`` (``window`` blocks, ``num_global`` blocks split between the first
+and the last blocks, exactly ``num_random`` random blocks per row outside the band and the
+globals, ``seed``; a block mask laid out as google-research/bigbird's, see
+``bigbird_block_mask``), and the Sparse Transformer's ``strided`` (``stride``) and ``fixed``
 (``stride``, ``c``) patterns of Child et al. 2019 eqs. (§4.2-4.3) as instances. (The
 registered ``sparse_strided``/``sparse_fixed`` mechanisms are faster for those two: they
 split the pattern into two parts whose tables are denser, see ``sparse_blocks``.)
+
+**Positions.** With fewer queries than keys (a KV cache, a memory) query i sits at the
+absolute position ``i + S - T`` (bottom-right, as ``causal`` in ``seqjax.attention.masks``),
+and patterns are evaluated there: one query after 9 earlier positions with
+``sliding_window``, window 2, sees keys 7, 8, 9, the same as in the full forward pass.
+BigBird's layout is drawn over the key blocks and the queries take its last rows, which
+needs ``S - T`` to be a multiple of ``block_size`` (otherwise an error says so). A user
+``block_mask`` is taken as given (rows = query blocks of this call).
 
 Legend: B batch, T query length, S key length, H heads, D head dim, bq/bk block sizes.
 """
@@ -91,16 +101,40 @@ class Pattern:
 
 
 def bigbird_block_mask(nq, nk, *, window=1, num_global=1, num_random=1, seed=0, causal=False):
-    """BigBird's block layout ``bool [nq, nk]``: a band of ``window`` blocks each side,
-    ``num_global`` global blocks (rows and columns), and ``num_random`` random key blocks per
-    query block (Zaheer et al. 2020, Fig. 1 and App. D), seeded."""
+    """BigBird's block layout ``bool [nq, nk]`` (Zaheer et al. 2020, §2, Fig. 1, App. D),
+    laid out as google-research/bigbird's ``bigbird_block_rand_mask`` does:
+
+    * a band of ``window`` blocks each side (``|i - j| <= window``; BigBird's 3 sliding
+      blocks are ``window=1``);
+    * ``num_global`` global blocks (rows see everything, columns are seen by every row):
+      the first ``ceil(g / 2)`` and the last ``floor(g / 2)`` blocks, so BigBird-ITC's two
+      global blocks are the first and the last (``num_global=2``); ``num_global=1`` is the
+      first block only;
+    * for every other query block, exactly ``num_random`` random key blocks drawn without
+      replacement from the blocks **outside** its band and the globals (and, with
+      ``causal``, before it); fewer only where fewer such blocks exist (short sequences,
+      the first rows of a causal layout).
+
+    Seeded by ``seed`` (numpy; the same layout every call). With ``causal`` the layout is
+    cut to ``j <= i`` (BigBird itself is bidirectional; its causal use is seqjax's).
+    """
     rng = np.random.default_rng(seed)
     qb, kb = np.arange(nq)[:, None], np.arange(nk)[None, :]
-    layout = (np.abs(qb - kb) <= window) | (qb < num_global) | (kb < num_global)
+    first, last = -(-num_global // 2), num_global // 2
+    global_q = (np.arange(nq) < first) | (np.arange(nq) >= nq - last)
+    global_k = (np.arange(nk) < first) | (np.arange(nk) >= nk - last)
+    band = np.abs(qb - kb) <= window
+    layout = band | global_q[:, None] | global_k[None, :]
     for i in range(nq):
-        allowed = np.arange(nk if not causal else min(nk, i + 1))
-        if num_random and allowed.size:
-            layout[i, rng.choice(allowed, min(num_random, allowed.size), replace=False)] = True
+        if global_q[i] or not num_random:
+            continue
+        outside = ~band[i] & ~global_k
+        if causal:
+            outside &= np.arange(nk) <= i
+        candidates = np.nonzero(outside)[0]
+        if candidates.size:
+            pick = rng.choice(candidates, min(num_random, candidates.size), replace=False)
+            layout[i, pick] = True
     if causal:
         layout &= kb <= qb
     return layout
@@ -221,14 +255,25 @@ def flex_attention(
     nq, nk = -(-t // bs), -(-s // bs)
     offset = masks_lib.causal_offset(t, s)
     if pattern == "bigbird":
+        # The layout of the whole (key) sequence; the queries are its last T positions.
+        if offset < 0 or offset % bs:
+            raise ValueError(
+                f"flex pattern 'bigbird' with {t} queries and {s} keys needs the queries to "
+                f"start on a block boundary (S - T = {s - t} a non-negative multiple of "
+                f"block_size={bs}); valid: T == S, or S - T in multiples of block_size"
+            )
         block_mask = bigbird_block_mask(
-            nq, nk, window=window, num_global=num_global, num_random=num_random, seed=seed,
+            nk, nk, window=window, num_global=num_global, num_random=num_random, seed=seed,
             causal=causal,
-        )  # fmt: skip
+        )[offset // bs :]  # fmt: skip
     elif pattern is not None:
         mask_fn = make_pattern(
             pattern, window=window, dilation=dilation, num_global=num_global, stride=stride, c=c
         )
+    splash_fn = mask_fn  # splash shifts to absolute positions itself
+    # Patterns at absolute (bottom-right aligned) query positions, like causality: one
+    # query after S - 1 keys is at position S - 1 (seqjax.attention.masks).
+    mask_fn = masks_lib.at_absolute(mask_fn, t, s)
     key = None
     if block_mask is not None:
         block_mask = np.asarray(block_mask, bool)
@@ -262,7 +307,7 @@ def flex_attention(
                 "flex implementation 'splash' takes a pattern or mask_fn, not a block_mask"
             )
         return splash.splash_attention(
-            q, k, v, head_fns=mask_fn, dropout_rate=dropout_rate, **common
+            q, k, v, head_fns=splash_fn, dropout_rate=dropout_rate, **common
         )
     table, count, _ = block_table(mask_fn if key is None else None, key, t, s, bs, bs, causal,
                                   offset)  # fmt: skip

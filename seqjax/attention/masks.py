@@ -9,11 +9,16 @@ Conventions (identical in every implementation, and tested to be):
     segment ids are equal (packed sequences).
   * ``causal``: bottom-right aligned. Query i sits at absolute position ``i + (S - T)``
     and sees keys ``j <= i + (S - T)``. For T == S this is the usual lower triangle; for a
-    KV cache or a memory of S - T earlier positions it is what decoding needs.
+    KV cache or a memory of S - T earlier positions it is what decoding needs. Sparsity
+    patterns (``flex``, splash masks) are evaluated at the same absolute positions
+    (``at_absolute``), so a query sees the same keys with or without the earlier queries.
   * A query row whose keys are all masked returns zeros (never NaN).
 """
 
 from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
 
 import jax.numpy as jnp
 
@@ -55,6 +60,29 @@ def check_key_mask(mask, b: int, s: int):
 def causal_offset(t: int, s: int) -> int:
     """Absolute position of query 0 under the bottom-right alignment."""
     return s - t
+
+
+@dataclasses.dataclass(frozen=True)
+class AtAbsolute:
+    """A pattern ``fn(q_pos, k_pos)`` evaluated at absolute query positions.
+
+    Query i of T sits at ``i + offset`` (``offset = causal_offset(T, S)``, the bottom-right
+    alignment of the module docstring), so one query after a cache of S - 1 keys is
+    evaluated at position S - 1, as in the full forward pass. Hashable when ``fn`` is.
+    """
+
+    fn: Callable
+    offset: int
+
+    def __call__(self, q, k):
+        return self.fn(q + self.offset, k)
+
+
+def at_absolute(fn, t: int, s: int):
+    """``fn`` at absolute query positions (``AtAbsolute``); ``fn`` itself when T == S."""
+    if fn is None or t == s:
+        return fn
+    return AtAbsolute(fn, causal_offset(t, s))
 
 
 def block_mask(q_pos, k_pos, *, causal: bool, offset: int, t: int, s: int):

@@ -20,6 +20,9 @@ pattern cheaper than dense attention on an accelerator.
 On GPUs the kernels lower through Triton; everywhere else (and in CI) they run in Pallas
 interpret mode (``interpret=True``), which executes the same kernel body with ``jax.numpy``.
 Attention dropout is not supported here (callers fall back to the plain-JAX engine).
+On a multi-device mesh the kernels run under ``shard_map`` over the batch (as the logical
+rules split ``"batch"``; ``splash.mesh_split``): XLA cannot partition an opaque kernel and
+would otherwise run the whole batch on every device.
 
 Legend: B batch, T query length, S key length, H heads, D head dim, bq/bk block sizes,
 nq/nk query/key blocks, W table width.
@@ -34,8 +37,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
+from jax.sharding import PartitionSpec as P
 
-from seqjax.attention import blockwise, numerics
+from seqjax.attention import blockwise, numerics, splash
 from seqjax.attention import masks as masks_lib
 
 # ``dot`` moved from ``pallas`` to ``pallas.triton`` (JAX 0.8); take whichever exists.
@@ -312,6 +316,7 @@ def block_sparse_attention(
 
     def forward(qp, kp, vp, aux_in):
         qp, kp, vp = blockwise._first_order_only((qp, kp, vp))  # no second derivatives
+        b = qp.shape[0]  # this device's batch under shard_map
         out, lse = call(
             functools.partial(_fwd_kernel, cfg=cfg),
             grid=(nq, b, h),
@@ -329,6 +334,7 @@ def block_sparse_attention(
     def backward(res, cotangents):
         qp, kp, vp, aux_in, out, lse = res
         g, g_lse = cotangents
+        b = qp.shape[0]
         qp, kp, vp, g, g_lse = blockwise._first_order_only((qp, kp, vp, g, g_lse))
         g = g.astype(qp.dtype)
         rowsum = jnp.einsum("bqhd,bqhd->bhq", g.astype(jnp.float32), out.astype(jnp.float32))
@@ -374,7 +380,20 @@ def block_sparse_attention(
         )(tab, cnt, qp, kp, vp, g, lse_safe, delta, *aux_in)
         return dq, dk, dv, tuple(None for _ in aux_in)
 
-    out, lse_BHT = blockwise.call_with_vjp(forward, backward, qp, kp, vp, tuple(aux_arrays))
+    def attend(qp, kp, vp, *aux_in):
+        return blockwise.call_with_vjp(forward, backward, qp, kp, vp, tuple(aux_in))
+
+    split = splash.mesh_split(b, h, same_heads=False)
+    if split and split.batch:  # XLA would run an opaque kernel whole on every device
+        x_spec, aux_spec = P(split.batch, None, None, None), P(split.batch, None)
+        attend = jax.shard_map(
+            attend,
+            mesh=split.mesh,
+            in_specs=(x_spec,) * 3 + (aux_spec,) * len(aux_arrays),
+            out_specs=(x_spec, P(split.batch, None, None)),
+            check_vma=False,
+        )
+    out, lse_BHT = attend(qp, kp, vp, *aux_arrays)
     out = out[:, :t]
     if not return_lse:
         return out

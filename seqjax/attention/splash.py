@@ -18,6 +18,10 @@ Rows with no visible key are set to zero afterwards (seqjax's convention) when t
 pattern alone can leave a row empty; rows emptied by key padding are zeroed through the
 segment check below.
 
+On a multi-device mesh the kernel runs under ``shard_map`` (XLA cannot partition a Mosaic
+kernel): batch and, when all heads share one mask, heads split as the logical-axis rules
+split ``"batch"`` and ``"heads"`` (``mesh_split``).
+
 Off TPU (tests, CI) the kernels run in Pallas interpret mode. Attention dropout is not
 supported (callers fall back to the plain-JAX engines).
 
@@ -28,12 +32,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import PartitionSpec as P
 
+from seqjax.attention import masks as masks_lib
 from seqjax.attention import sparse_patterns as patterns
 
 TILE = 128
@@ -78,7 +85,8 @@ def _fn_mask_class():
     _, sm = _splash_modules()
 
     class FnMask(sm._ComputableMask):
-        """A lazy ``[T, S]`` mask from ``fn(q_idx, k_idx)`` plus bottom-right causality."""
+        """A lazy ``[T, S]`` mask from ``fn(q_idx, k_idx)`` plus bottom-right causality
+        (``fn`` already takes absolute query positions: ``masks.at_absolute``)."""
 
         def __init__(self, shape, fn: Callable | None, causal: bool, offset: int, valid_len):
             t, s = valid_len
@@ -105,6 +113,19 @@ def _fn_mask_class():
 
 @functools.lru_cache(maxsize=32)
 def _kernel(head_fns: tuple, t: int, s: int, tp: int, sp: int, causal: bool, interpret: bool):
+    """The splash kernel and its empty-row table, built once per argument set.
+
+    The first call may come from inside a ``jit``/``eval_shape``/``grad`` trace, and
+    ``make_splash_mha`` turns its mask info into arrays with ``jnp.array``: built there, the
+    cached kernel would hold that trace's tracers and every later trace would fail with
+    ``UnexpectedTracerError``. ``ensure_compile_time_eval`` builds it eagerly (concrete
+    arrays, constants of every later trace) wherever the first call comes from.
+    """
+    with jax.ensure_compile_time_eval():
+        return _build_kernel(head_fns, t, s, tp, sp, causal, interpret)
+
+
+def _build_kernel(head_fns, t, s, tp, sp, causal, interpret):
     sk, sm = _splash_modules()
     fn_mask = _fn_mask_class()
     masks = [fn_mask((tp, sp), fn, causal, s - t, (t, s)) for fn in head_fns]
@@ -165,9 +186,15 @@ def splash_attention(
     if not callable(head_fns) and head_fns is not None and len(head_fns) != h:
         raise ValueError(f"splash: {len(head_fns)} head masks for {h} heads")
     fns = tuple(head_fns) if isinstance(head_fns, (list, tuple)) else (head_fns,) * h
+    # Patterns at absolute (bottom-right aligned) query positions, like causality.
+    fns = tuple(masks_lib.at_absolute(fn, t, s) for fn in fns)
     interpret = default_interpret() if interpret is None else interpret
     tp, sp = -(-t // TILE) * TILE, -(-s // TILE) * TILE
-    kernel, empty = _kernel(fns, t, s, tp, sp, causal, interpret)
+    split = mesh_split(b, h, same_heads=len(set(fns)) == 1)
+    h_local = h // split.heads_size if split else h
+    kernel, empty = _kernel(fns[:h_local], t, s, tp, sp, causal, interpret)
+    if h_local != h:  # every head has the same mask: the local heads' rows, repeated
+        empty = np.repeat(empty[:, :1], h, axis=1)
     scale = scale if scale is not None else 1.0 / np.sqrt(d)
 
     def to_hts(x, n):  # [B, N, H, D] -> [B, H, Np, D]
@@ -188,19 +215,73 @@ def splash_attention(
         kv_seg = jnp.where(km, base, -1)
         if q_seg is None:
             q_seg = jnp.zeros((b, t), jnp.int32)
-    segs = None
+    segs = ()
     if q_seg is not None:
         q_seg = jnp.pad(q_seg.astype(jnp.int32), ((0, 0), (0, tp - t)), constant_values=-2)
         kv_seg = jnp.pad(kv_seg.astype(jnp.int32), ((0, 0), (0, sp - s)), constant_values=-1)
-        segs = _splash_modules()[0].SegmentIds(q=q_seg, kv=kv_seg)
-        out = jax.vmap(kernel)(qh, kh, vh, segment_ids=segs)
-    else:
-        out = jax.vmap(kernel)(qh, kh, vh)
+        segs = (jnp.broadcast_to(q_seg, (b, tp)), jnp.broadcast_to(kv_seg, (b, sp)))
+
+    def call(qh, kh, vh, *segs):  # [B, H, Tp, D] (or this device's share)
+        if not segs:
+            return jax.vmap(kernel)(qh, kh, vh)
+        seg = _splash_modules()[0].SegmentIds(q=segs[0], kv=segs[1])
+        return jax.vmap(kernel)(qh, kh, vh, segment_ids=seg)
+
+    if split:  # Mosaic kernels are not partitioned automatically: one call per device
+        x_spec = P(split.batch, split.heads, None, None)
+        call = jax.shard_map(
+            call,
+            mesh=split.mesh,
+            in_specs=(x_spec,) * 3 + (P(split.batch, None),) * len(segs),
+            out_specs=x_spec,
+            check_vma=False,
+        )
+    out = call(qh, kh, vh, *segs)
     out = out.transpose(0, 2, 1, 3)[:, :t]
     row_empty = jnp.asarray(empty[:t])[None, :, :, None]
     if q_seg is not None:  # rows whose every visible key is padded or of another segment
         row_empty = row_empty | ~_rows_with_a_key(fns, q_seg[:, :t], kv_seg[:, :s], causal)
     return jnp.where(row_empty, 0, out).astype(q.dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshSplit:
+    mesh: object
+    batch: tuple | None  # mesh axes of the batch dimension (None: whole on every device)
+    heads: tuple | None  # mesh axes of the heads dimension
+    heads_size: int
+
+
+def mesh_split(b: int, h: int, *, same_heads: bool) -> MeshSplit | None:
+    """How to call the kernel on the current multi-device mesh (None: no mesh, one device).
+
+    Mosaic kernels cannot be partitioned by XLA ("wrap the call in a shard_map"), so on a
+    mesh the kernel runs under ``shard_map``: the batch split as the logical axis rules
+    (``flax.linen.logical_axis_rules``, e.g. ``seqjax.train.sharding.RULES``) split
+    ``"batch"``, and the heads as they split ``"heads"`` when every head has the same mask
+    (a per-head pattern keeps all heads on every device). A dimension the axes do not divide,
+    or that no rule names, is whole on every device (correct, replicated work). Meshes
+    with ``Explicit`` axes are left to the caller (None).
+    """
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or mesh.size == 1:
+        return None
+    if any(t != jax.sharding.AxisType.Auto for t in mesh.axis_types):
+        return None  # explicit sharding: the caller places the arrays (seqjax's meshes are Auto)
+    import flax.linen as nn  # the logical-axis rules in force (seqjax's models set them)
+
+    spec = nn.logical_to_mesh_axes(("batch", "heads")) or (None, None)
+
+    def fits(ax, n):
+        if ax is None:
+            return None, 1
+        names = tuple(a for a in ((ax,) if isinstance(ax, str) else ax) if a in mesh.shape)
+        size = math.prod(mesh.shape[a] for a in names)
+        return (names, size) if names and n % size == 0 else (None, 1)
+
+    batch, _ = fits(spec[0], b)
+    heads, heads_size = fits(spec[1], h) if same_heads else (None, 1)
+    return MeshSplit(mesh, batch, heads, heads_size)
 
 
 def _rows_with_a_key(fns, q_seg, kv_seg, causal: bool, tile: int = TILE):

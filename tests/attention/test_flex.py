@@ -124,3 +124,93 @@ def test_bad_options_name_the_option(options, match):
     q, k, v, _ = _inputs(1, 32, 1, 8)
     with pytest.raises(ValueError, match=match):
         FLEX(q, k, v, block_size=16, **options)
+
+
+# ---------------------------------------------------------------- absolute positions (T < S)
+
+
+def _one_hot_values(s, d=16):
+    """q = 0 and v[j] = e_j: the output row is the attention distribution over the keys."""
+    q = jnp.zeros((1, 1, 1, d))
+    k = jax.random.normal(jax.random.PRNGKey(0), (1, s, 1, d))
+    v = jnp.eye(s, d)[None, :, None, :]
+    return q, k, v
+
+
+@pytest.mark.parametrize("impl", ["masked", "blocksparse", "pallas", "splash"])
+def test_one_query_after_nine_positions_sees_the_last_window(impl):
+    """Issue 28: one query at position 9 with a sliding window of 2 sees keys [7, 8, 9]
+    (it saw [0, 1, 2] when the pattern was evaluated at the raw query index)."""
+    q, k, v = _one_hot_values(10)
+    out = FLEX(q, k, v, causal=True, pattern="sliding_window", window=2, block_size=16,
+               implementation=impl)  # fmt: skip
+    np.testing.assert_allclose(np.asarray(out[0, 0, 0, :10]), [0] * 7 + [1 / 3] * 3, atol=1e-6)
+
+
+DECODE_CASES = [
+    dict(pattern="sliding_window", window=5),
+    dict(pattern="dilated", window=3, dilation=2),
+    dict(pattern="global_tokens", window=3, num_global=2),
+    dict(pattern="strided", stride=6),
+]
+
+
+@pytest.mark.parametrize("options", DECODE_CASES, ids=lambda o: o["pattern"])
+def test_cached_decoding_equals_the_full_forward(options):
+    """Query i against the cache of keys 0..i (T = 1, S = i + 1) is row i of the full causal
+    forward pass (blocksparse engine), at the first position, at block edges and inside
+    blocks (the pattern's block table differs at each)."""
+    q, k, v, _ = _inputs(1, 24, 2, 8, seed=5)
+    full = FLEX(q, k, v, causal=True, block_size=8, **options)
+    for i in (0, 7, 8, 13, 23):
+        row = FLEX(
+            q[:, i : i + 1], k[:, : i + 1], v[:, : i + 1], causal=True, block_size=8, **options
+        )
+        np.testing.assert_allclose(np.asarray(row[:, 0]), np.asarray(full[:, i]), atol=2e-5)
+
+
+@pytest.mark.parametrize("impl", ["blocksparse", "masked"])
+def test_bigbird_queries_after_a_cache_take_the_last_rows_of_the_layout(impl):
+    """BigBird with the last block's queries only (S - T = a block multiple) equals those rows
+    of the full forward; an unaligned cache is refused with the reason."""
+    q, k, v, _ = _inputs(1, 48, 2, 8, seed=6)
+    opts = dict(pattern="bigbird", window=0, num_global=1, num_random=1, seed=2, block_size=8)
+    full = FLEX(q, k, v, causal=True, implementation=impl, **opts)
+    last = FLEX(q[:, 40:], k, v, causal=True, implementation=impl, **opts)
+    np.testing.assert_allclose(np.asarray(last), np.asarray(full[:, 40:]), atol=2e-5)
+    with pytest.raises(ValueError, match="multiple of block_size=8"):
+        FLEX(q[:, 43:], k, v, causal=True, **opts)
+
+
+# ---------------------------------------------------------------- BigBird layout
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("num_global", [1, 2, 3])
+def test_bigbird_layout_properties(causal, num_global):
+    """google-research/bigbird's layout: the first ceil(g/2) and last floor(g/2) blocks are
+    global, and every other row has its band plus exactly r random blocks outside the band
+    and the globals (fewer only where fewer exist)."""
+    n, w, r = 16, 1, 3
+    layout = flex.bigbird_block_mask(
+        n, n, window=w, num_global=num_global, num_random=r, seed=7, causal=causal
+    )
+    first, last = -(-num_global // 2), num_global // 2
+    glob = (np.arange(n) < first) | (np.arange(n) >= n - last)
+    tri = np.tril(np.ones((n, n), bool)) if causal else np.ones((n, n), bool)
+    assert (layout[glob] == tri[glob]).all()  # global rows see every (allowed) key
+    assert (layout[:, glob] == tri[:, glob]).all()  # global columns are seen by every row
+    for i in np.nonzero(~glob)[0]:
+        band = np.abs(np.arange(n) - i) <= w
+        assert (layout[i, band] == tri[i, band]).all()
+        outside = ~band & ~glob & tri[i]
+        assert layout[i, outside].sum() == min(r, outside.sum())
+    assert not (layout & ~tri).any()
+    # Seeded: the same layout every call; another seed, another layout.
+    again = flex.bigbird_block_mask(
+        n, n, window=w, num_global=num_global, num_random=r, seed=7, causal=causal
+    )
+    other = flex.bigbird_block_mask(
+        n, n, window=w, num_global=num_global, num_random=r, seed=8, causal=causal
+    )
+    assert (again == layout).all() and (other != layout).any()
