@@ -178,12 +178,14 @@ def family_config(family: str):
 def _fake_info(config):
     """A ``DataInfo`` with the shapes the config implies (the data is never read)."""
     from seqjax import data as data_lib
+    from seqjax import tasks
     from seqjax.train import config_validation
 
-    classification = config.data.name in config_validation.CLASSIFICATION_DATASETS
+    task = tasks.for_data_config(config.data)
+    classification = task.name == "classification"
     return data_lib.DataInfo(
         name=config.data.name,
-        task="classification" if classification else "lm",
+        task=task.name,
         vocab_size=96,
         seq_len=config_validation.input_length(config),
         num_classes=10 if classification else None,
@@ -198,34 +200,33 @@ def _fake_info(config):
 def train_step_and_args(config):
     """The jitted train step of ``config`` (sharded as training shards it) and abstract
     ``(state, batch)`` arguments, built as ``seqjax.train.setup.build`` builds them."""
-    from seqjax.models import from_config, memory
+    from seqjax import tasks
+    from seqjax.models import memory
     from seqjax.train import optim, sharding, state
     from seqjax.train import step as step_lib
 
     mesh = sharding.make_mesh(config.mesh)
     info = _fake_info(config)
-    model_cfg = from_config.model_config(config, info)
+    task = tasks.for_run(config, info)
+    model_cfg = task.model_config(config, info)
     rec = memory.recurrence(config)
-    model = from_config.build_model(config, model_cfg, info.task)
+    model = task.build_model(config, model_cfg)
     tx, schedule = optim.make_optimizer(config.optimizer, config.train.num_steps)
-    cls = info.task == "classification" and config.model.pooling == "cls"
-    input_shape = (1, info.seq_len - (1 if cls else 0))
+    input_shapes = task.init_shapes(config, info)
     b = int(config.data.batch_size)
     abstract, shardings, _ = state.create_state(
-        model, tx, input_shape, config.seed, mesh, memory_batch=b if rec else 0
+        model, tx, input_shapes, config.seed, mesh, memory_batch=b if rec else 0
     )
     fn = step_lib.make_train_step(
-        model, info.task, tx, schedule, accum_steps=1, mesh=mesh, epoch_steps=4 if rec else None
+        model, task, tx, schedule, accum_steps=1, mesh=mesh, epoch_steps=4 if rec else None
     )
     jitted = step_lib.jit_train_step(fn, shardings, mesh)
-    t = input_shape[1]
+    t = input_shapes[0][1]
     batch_sh = sharding.batch_sharding(mesh)
-    targets = (b,) if info.task == "classification" else (b, t)
-    i32 = jax.numpy.int32
+    shapes = {1: (b,), 2: (b, t)}
     batch = {
-        "inputs": jax.ShapeDtypeStruct((b, t), i32, sharding=batch_sh),
-        "targets": jax.ShapeDtypeStruct(targets, i32, sharding=batch_sh),
-        "weights": jax.ShapeDtypeStruct(targets, jax.numpy.float32, sharding=batch_sh),
+        field: jax.ShapeDtypeStruct(shapes[rank], jax.numpy.dtype(dtype), sharding=batch_sh)
+        for field, (dtype, rank) in task.batch_fields.items()
     }
     return jitted, (abstract, batch), mesh
 
