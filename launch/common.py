@@ -106,8 +106,8 @@ def check_job(
     """Loads the job's config here, applies ``overrides`` exactly as ``seqjax.main`` parses
     ``--config.FIELD=VALUE`` and runs ``config_validation.validate`` for the job's device
     and process counts (``num_devices=None``: this machine's; ``"mesh"``: any count the
-    mesh fits, when the launcher cannot know it). Returns the ConfigDict; any problem is one ``LaunchError`` naming
-    the config field (or ``--set`` item) and what is valid.
+    mesh fits, when the launcher cannot know it). Returns the ConfigDict; any problem is
+    one ``LaunchError`` naming the config field (or ``--set`` item) and what is valid.
     """
     from absl import flags
     from ml_collections import config_flags

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import socket
-import re
 import subprocess
 import sys
 import threading

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
