@@ -203,16 +203,22 @@ def plot_final(path, points: list[dict], metric: str, sweep: str = "") -> None:
 
     x_fields, series_fields = axis_fields(points)
     shown = [p for p in points if p["mean"] is not None]
-    numeric = bool(x_fields) and all(_is_number(p[x_fields[0]]) for p in shown)
-    order = sorted({p[x_fields[0]] for p in shown}, key=lambda v: (not _is_number(v), v, str(v)))
+
+    def x_of(p):
+        return p[x_fields[0]] if x_fields else "all runs"
+
+    numeric = bool(x_fields) and all(_is_number(x_of(p)) for p in shown)
+    order = sorted({x_of(p) for p in shown}, key=lambda v: (not _is_number(v), str(v)))
+    if numeric:
+        order.sort()
     ticks = {}
     for p in shown:  # tick label: every field on the x axis
-        ticks[p[x_fields[0]]] = "\n".join(str(p[f]) for f in x_fields) if x_fields else "all"
+        ticks[x_of(p)] = "\n".join(str(p[f]) for f in x_fields) if x_fields else "all runs"
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     lines: dict[str, list] = {}
     for p in shown:
         label = ", ".join(f"{k}={p[k]}" for k in series_fields) or metric
-        x = p[x_fields[0]] if numeric else order.index(p[x_fields[0]]) if x_fields else 0
+        x = x_of(p) if numeric else order.index(x_of(p))
         lines.setdefault(label, []).append((x, p["mean"], p["std"]))
     for label, pts in lines.items():
         pts.sort()
