@@ -50,7 +50,7 @@ def load_note(payload: dict) -> str | None:
     if averages and max(averages) > LOADED_FACTOR * cores:
         return (
             f"measured under load: 1-min load average {min(averages):.1f}-{max(averages):.1f} "
-            f"on {cores} cores; absolute times inflated"
+            f"on {cores} cores"
         )
     return None
 

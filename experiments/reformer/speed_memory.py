@@ -175,8 +175,8 @@ def _write(args, sc, configs, rows, load) -> None:
 
 def plot(payload: dict, out, name: str) -> None:
     """``<name>_ms.png`` and ``<name>_mib.png``: time and peak memory against T, one line
-    per attention; the title gives the scale and tokens per batch, and a red note says
-    when the results file records a loaded machine."""
+    per attention; the title gives the scale and tokens per batch, and a red note on the
+    time plot says when the results file records a loaded machine."""
     plt = plotting.pyplot()
     rows, sc = payload["rows"], payload.get("config") or {}
     labels = [k[: -len("_ms")] for k in rows[0] if k.endswith("_ms")] if rows else []
@@ -202,7 +202,8 @@ def plot(payload: dict, out, name: str) -> None:
         )
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
-        plotting.mark_load(fig, payload)
+        if metric == "ms":  # compiled peak memory does not depend on the load
+            plotting.mark_load(fig, payload)
         fig.tight_layout(rect=(0, 0.03, 1, 1))
         plotting.save(fig, Path(out) / f"{name}_{metric}.png")
 
