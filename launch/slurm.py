@@ -15,6 +15,14 @@ Time limit and preemption: the batch shell gets SIGTERM two minutes before the e
 and then requeues the job itself (``scontrol requeue $SLURM_JOB_ID``), so the next
 allocation resumes from the workdir's newest complete checkpoint. A run that ends for any
 other reason is not requeued. ``--requeue`` also lets SLURM requeue it after a preemption.
+
+Before anything is written or queued, the config and every ``--set FIELD=VALUE`` are
+loaded and validated here (``seqjax.train.config_validation``) for this allocation's device
+and process counts, so a misspelled field or a batch that the GPUs do not divide fails now,
+not after the queue wait. The plan printed on stderr states every allocation value and
+marks defaults (1 node, 8 GPUs per node, 8 CPUs per task, 24:00:00, no ``--mem``: the
+cluster's default). Paths may contain spaces (``#SBATCH`` values are double-quoted). Any
+problem ends in one ``error:`` line and exit status 2.
 """
 
 from __future__ import annotations

@@ -8,7 +8,11 @@
     python launch/collect.py --workdir workdirs/sweep --metric validation/bits_per_char
 
 Each run gets its own workdir ``WORKDIR/<name>`` (so rerunning the sweep resumes every
-run) and ``WORKDIR/sweep.json`` records the runs, their overrides and commands.
+run) and ``WORKDIR/sweep.json`` records the runs, their overrides and commands. Every run's
+config is validated here before sweep.json or any script is written. ``--mode local``
+prints a line per run when it starts (stderr) and when it ends (stdout: name, elapsed
+seconds, and its test metrics or last validation metrics with their step); each run's
+output goes to ``<run workdir>/sweep.log``.
 """
 
 from __future__ import annotations
