@@ -263,3 +263,22 @@ def test_local_checks_the_job_config_first(tmp_path, capsys):
     assert "has no field 'nope'" in err
     _no_traceback(err)
     assert not (tmp_path / "w").exists()
+
+
+def test_slurm_and_sweep_submit_with_sbatch(tmp_path, capsys, fake_sbatch):
+    """With sbatch on PATH: the script is written into the (spaced) workdir and submitted;
+    a sweep submits one script per run."""
+    workdir = tmp_path / "my run"
+    argv = ["--config", CONFIG, "--workdir", str(workdir), "--gpus-per-node=4"]
+    assert slurm.main(argv) == 0
+    assert fake_sbatch.read_text().strip() == str(workdir / "job.sbatch")
+    assert (workdir / "job.sbatch").read_text().startswith("#!/bin/bash")
+    fake_sbatch.unlink()
+    capsys.readouterr()
+    base = tmp_path / "sweep"
+    argv = ["--config", CONFIG, "--workdir", str(base), "--mode=slurm", "--gpus-per-node=4"]
+    assert sweep.main(argv) == 0
+    runs = json.loads((base / "sweep.json").read_text())
+    calls = fake_sbatch.read_text().splitlines()
+    assert calls == [str(base / r["name"] / "job.sbatch") for r in runs]
+    assert capsys.readouterr().err.count("[slurm] job ") == len(runs)  # a plan per run
