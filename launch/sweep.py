@@ -88,13 +88,33 @@ def run_result(workdir: str) -> str:
     return f"no validation metrics (last step {lines[-1]['step']})" if lines else "no metrics"
 
 
-def run_local(runs: list[dict], parallel: int) -> int:
+def _last_step(workdir: str) -> int | None:
+    try:
+        lines = (paths.workdir_path(workdir) / "metrics.jsonl").read_text().splitlines()
+        return json.loads(lines[-1])["step"] if lines else None
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def run_local(runs: list[dict], parallel: int, heartbeat_s: float = 60.0) -> int:
     """Runs the commands, ``parallel`` at a time; returns the number of failed runs.
 
-    A line per run on start (stderr) and on end (stdout: name, elapsed, result)."""
+    A line per run on start (stderr), every ``heartbeat_s`` while it runs (stderr: elapsed
+    and the last step in its metrics) and on end (stdout: name, elapsed, result)."""
     pending, active, failed = list(enumerate(runs, 1)), [], 0
-    total = len(runs)
+    total, last_beat = len(runs), time.monotonic()
     while pending or active:
+        if active and time.monotonic() - last_beat >= heartbeat_s:
+            last_beat = time.monotonic()
+            for i, run, _, _, t0 in active:
+                step = _last_step(run["workdir"])
+                at = f", step {step}" if step is not None else ""
+                print(
+                    f"[sweep] {i}/{total} {run['name']}: running for "
+                    f"{time.monotonic() - t0:.0f} s{at}",
+                    file=sys.stderr,
+                    flush=True,
+                )
         while pending and len(active) < parallel:
             i, run = pending.pop(0)
             log_path = _local_log(run["workdir"])

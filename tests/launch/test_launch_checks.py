@@ -282,3 +282,14 @@ def test_slurm_and_sweep_submit_with_sbatch(tmp_path, capsys, fake_sbatch):
     calls = fake_sbatch.read_text().splitlines()
     assert calls == [str(base / r["name"] / "job.sbatch") for r in runs]
     assert capsys.readouterr().err.count("[slurm] job ") == len(runs)  # a plan per run
+
+
+def test_sweep_says_a_run_is_still_running(tmp_path, capsys):
+    wd = tmp_path / "slow"
+    wd.mkdir()
+    (wd / "metrics.jsonl").write_text(json.dumps({"step": 20, "train/loss": 2.0}) + "\n")
+    run = {"name": "slow", "workdir": str(wd)}
+    run["command"] = [sys.executable, "-c", "import time; time.sleep(1.5)"]
+    assert sweep.run_local([run], parallel=1, heartbeat_s=0.5) == 0
+    beats = [x for x in capsys.readouterr().err.splitlines() if "running for" in x]
+    assert beats and "[sweep] 1/1 slow: running for" in beats[0] and beats[0].endswith("step 20")
