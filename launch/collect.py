@@ -177,8 +177,11 @@ def _is_number(x) -> bool:
 def axis_fields(points: list[dict]) -> tuple[list[str], list[str]]:
     """``(x_fields, series_fields)``: the first swept field and every field swept together
     with it (its value a function of the first's, as in ``num_layers=2,d_model=128``) share
-    the x axis; each remaining field combination is one series."""
+    the x axis; each remaining field combination is one series. Fields with the same value
+    in every run are left out."""
     fields = [k for k in (points[0] if points else {}) if k not in _STATS]
+    varying = [k for k in fields if len({str(p.get(k)) for p in points}) > 1]
+    fields = varying or fields  # a field every run shares (a --set extra) is no axis
     if not fields:
         return [], []
     first, together, rest = fields[0], [fields[0]], []

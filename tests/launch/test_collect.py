@@ -162,3 +162,14 @@ def test_resumed_run_later_line_wins(tmp_path):
         f.write(json.dumps({"step": 30, BPC: 9.0}) + "\n")
     rows, curves = collect.collect(str(base), BPC)
     assert rows[0][f"last {BPC}"] == 9.0 and curves["num_layers=2"][0] == [30]
+
+
+def test_fields_shared_by_every_run_are_no_axis(tmp_path, figures):
+    base = tmp_path / "extra"
+    steps = {"config.train.num_steps": 60}  # a --set extra: the same in every run
+    _sweep(base, [{"config.model.num_layers": n, **steps} for n in (2, 4)])
+    assert collect.main(["--workdir", str(base)]) == 0
+    ax = figures["final.png"].axes[0]
+    assert ax.get_xlabel() == "num_layers" and len(ax.containers) == 1
+    points = [{"a": 1, "b": 5, "seeds": 1, "mean": 0.0, "std": 0.0, "last step": "1"}]
+    assert collect.axis_fields(points) == (["a", "b"], [])  # one run: nothing varies
