@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -103,41 +104,55 @@ def run_local(runs: list[dict], parallel: int, heartbeat_s: float = 60.0) -> int
     and the last step in its metrics) and on end (stdout: name, elapsed, result)."""
     pending, active, failed = list(enumerate(runs, 1)), [], 0
     total, last_beat = len(runs), time.monotonic()
-    while pending or active:
-        if active and time.monotonic() - last_beat >= heartbeat_s:
-            last_beat = time.monotonic()
-            for i, run, _, _, t0 in active:
-                step = _last_step(run["workdir"])
-                at = f", step {step}" if step is not None else ""
-                print(
-                    f"[sweep] {i}/{total} {run['name']}: running for "
-                    f"{time.monotonic() - t0:.0f} s{at}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-        while pending and len(active) < parallel:
-            i, run = pending.pop(0)
-            log_path = _local_log(run["workdir"])
-            log = open(log_path, "a")
-            print(f"[sweep] {i}/{total} {run['name']}: started (log {log_path})", file=sys.stderr)
-            proc = subprocess.Popen(run["command"], stdout=log, stderr=log)
-            active.append((i, run, proc, log, time.monotonic()))
-        for item in list(active):
-            i, run, proc, log, t0 = item
-            if proc.poll() is not None:
-                log.close()
-                active.remove(item)
-                elapsed = time.monotonic() - t0
-                if proc.returncode == 0:
-                    status = f"ok in {elapsed:.0f} s; {run_result(run['workdir'])}"
-                else:
-                    failed += 1
-                    status = (
-                        f"FAILED (exit {proc.returncode}) after {elapsed:.0f} s; see "
-                        f"{_local_log(run['workdir'])}"
+    try:
+        while pending or active:
+            if active and time.monotonic() - last_beat >= heartbeat_s:
+                last_beat = time.monotonic()
+                for i, run, _, _, t0 in active:
+                    step = _last_step(run["workdir"])
+                    at = f", step {step}" if step is not None else ""
+                    print(
+                        f"[sweep] {i}/{total} {run['name']}: running for "
+                        f"{time.monotonic() - t0:.0f} s{at}",
+                        file=sys.stderr,
+                        flush=True,
                     )
-                print(f"[sweep] {i}/{total} {run['name']}: {status}", flush=True)
-        time.sleep(0.2)
+            while pending and len(active) < parallel:
+                i, run = pending.pop(0)
+                log_path = _local_log(run["workdir"])
+                log = open(log_path, "a")
+                print(
+                    f"[sweep] {i}/{total} {run['name']}: started (log {log_path})", file=sys.stderr
+                )
+                proc = subprocess.Popen(run["command"], stdout=log, stderr=log)
+                active.append((i, run, proc, log, time.monotonic()))
+            for item in list(active):
+                i, run, proc, log, t0 = item
+                if proc.poll() is not None:
+                    log.close()
+                    active.remove(item)
+                    elapsed = time.monotonic() - t0
+                    if proc.returncode == 0:
+                        status = f"ok in {elapsed:.0f} s; {run_result(run['workdir'])}"
+                    else:
+                        failed += 1
+                        status = (
+                            f"FAILED (exit {proc.returncode}) after {elapsed:.0f} s; see "
+                            f"{_local_log(run['workdir'])}"
+                        )
+                    print(f"[sweep] {i}/{total} {run['name']}: {status}", flush=True)
+            time.sleep(0.2)
+    finally:  # Ctrl-C or an error here: the runs still going get SIGTERM (they save, exit)
+        for _, run, proc, _log, _ in active:
+            if proc.poll() is None:
+                proc.terminate()
+                print(f"[sweep] {run['name']}: stopped (SIGTERM)", file=sys.stderr)
+        for _, _, proc, log, _ in active:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            log.close()
     return failed
 
 
@@ -177,6 +192,13 @@ def main(argv=None):
         return _main(args)
     except (common.LaunchError, ValueError, FileNotFoundError) as e:
         return common.fail("sweep", e)
+    except KeyboardInterrupt:
+        print(
+            "[sweep] interrupted: the running runs were stopped (each saved a checkpoint); "
+            "rerun the same command to resume them",
+            file=sys.stderr,
+        )
+        return 130
 
 
 def _main(args) -> int:
@@ -210,6 +232,8 @@ def _main(args) -> int:
             job.workdir, job.job_name = run["workdir"], run["name"]
             status = status or slurm.submit(job, run["overrides"], checked=True)
         return status
+    # SIGTERM (a job scheduler, kill) stops the runs as Ctrl-C does: each saves, then exits.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     failed = run_local(runs, max(1, args.parallel))
     print(f"[sweep] {len(runs) - failed}/{len(runs)} runs succeeded")
     return 1 if failed else 0

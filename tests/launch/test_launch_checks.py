@@ -293,3 +293,17 @@ def test_sweep_says_a_run_is_still_running(tmp_path, capsys):
     assert sweep.run_local([run], parallel=1, heartbeat_s=0.5) == 0
     beats = [x for x in capsys.readouterr().err.splitlines() if "running for" in x]
     assert beats and "[sweep] 1/1 slow: running for" in beats[0] and beats[0].endswith("step 20")
+
+
+def test_interrupted_sweep_stops_its_runs(tmp_path, capsys, monkeypatch):
+    def interrupt(workdir):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep, "_last_step", interrupt)
+    run = {"name": "long", "workdir": str(tmp_path / "long")}
+    run["command"] = [sys.executable, "-c", "import time; time.sleep(60)"]
+    t0 = __import__("time").monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        sweep.run_local([run], parallel=1, heartbeat_s=0.3)
+    assert __import__("time").monotonic() - t0 < 30  # the child was stopped, not awaited
+    assert "long: stopped (SIGTERM)" in capsys.readouterr().err
