@@ -29,7 +29,7 @@ from seqjax.configs import common as config_files  # noqa: E402
 BEGIN, END = "<!-- summary:begin -->", "<!-- summary:end -->"
 COLUMNS = [
     "study", "paper_figure", "paper", "ours", "ratio", "measured", "machine", "date", "commit",
-    "file",
+    "file", "note",
 ]  # fmt: skip
 HEADERS = [
     "study",
@@ -42,6 +42,7 @@ HEADERS = [
     "date",
     "commit",
     "results",
+    "note",
 ]
 
 
@@ -54,16 +55,30 @@ DERIVED = {
 }
 
 
-def _summary(path: Path, payload: dict, root: Path) -> list[dict]:
-    if "summary" in payload:
-        return payload["summary"]
-    script = DERIVED.get(path.relative_to(root).as_posix())
-    if script is None:
-        return []
+# results file -> the script whose summary_note(row) comments rows written before it
+# existed (a ratio that needs a sentence, such as a paper value at chance).
+NOTED = {"reformer/results/duplication.json": "reformer/duplication.py"}
+
+
+def _module(root: Path, script: str):
     name = "study_" + script.replace("/", "_").removesuffix(".py")
     # registered: dataclasses look their module up
-    module = config_files.load_file(root / script, name, register=True)
-    return module.summary_rows(payload)
+    return config_files.load_file(root / script, name, register=True)
+
+
+def _summary(path: Path, payload: dict, root: Path) -> list[dict]:
+    relative = path.relative_to(root).as_posix()
+    if "summary" in payload:
+        rows = [dict(r) for r in payload["summary"]]
+    elif relative in DERIVED:
+        rows = _module(root, DERIVED[relative]).summary_rows(payload)
+    else:
+        return []
+    if relative in NOTED:
+        noted = _module(root, NOTED[relative])
+        for row in rows:
+            row.setdefault("note", noted.summary_note(row))
+    return rows
 
 
 def _git_date_commit(path: Path) -> tuple[str, str]:
@@ -141,6 +156,7 @@ def gather(root: Path = HERE) -> list[dict]:
 def render(rows: list[dict]) -> str:
     if not rows:
         return "_No results with a summary yet: run the studies' scripts._"
+    rows = [{**r, "note": r.get("note") or ""} for r in rows]  # blank, not a dash
     return bench.markdown_table(rows, COLUMNS, HEADERS)
 
 

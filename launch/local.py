@@ -15,12 +15,31 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from launch import common  # noqa: E402
+
+# Lines that libraries print on stdout: gloo's connection lines, absl/glog C++ log lines.
+LIBRARY_LINE = re.compile(r"^(\[Gloo\]|[IWEF]\d{4} \d\d:\d\d:\d\d|\[libprotobuf )")
+
+
+def route_output(stream, out=None, err=None) -> None:
+    """Copies ``stream``'s lines to ``out`` (default: stdout), library chatter to ``err``
+    (default: stderr), until it ends."""
+    for line in iter(stream.readline, ""):
+        target = (err or sys.stderr) if LIBRARY_LINE.match(line) else (out or sys.stdout)
+        target.write(line)
+        target.flush()
+    stream.close()
 
 
 def free_port() -> int:
@@ -86,7 +105,7 @@ def launch(
     workdir = _workdir(main_args)
     log_dir = workdir if workdir is not None else Path(".")
     log_dir.mkdir(parents=True, exist_ok=True)
-    procs, logs = [], []
+    procs, logs, readers = [], [], []
     t0 = time.monotonic()
     try:
         for i in range(num_processes):
@@ -98,12 +117,17 @@ def launch(
                 subprocess.Popen(
                     [sys.executable, "-m", module, *main_args],
                     env=process_env(i, num_processes, devices_per_process, port, env),
-                    stdout=out,
+                    stdout=out if out else subprocess.PIPE,
                     cwd=cwd,
                     stderr=subprocess.STDOUT if out else None,
                     start_new_session=True,
+                    text=True,
                 )
             )
+            if out is None:  # process 0: results to stdout, library lines to stderr
+                reader = threading.Thread(target=route_output, args=(procs[-1].stdout,))
+                reader.start()
+                readers.append(reader)
         while True:
             codes = [p.poll() for p in procs]
             failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
@@ -134,6 +158,8 @@ def launch(
                 p.wait(timeout=max(0.1, deadline - time.time()))
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
+        for reader in readers:
+            reader.join(timeout=5)
         for f in logs:
             f.close()
 
@@ -142,15 +168,55 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0], usage="%(prog)s [options] -- MAIN_ARGS..."
     )
-    parser.add_argument("--num-processes", type=int, default=2)
-    parser.add_argument("--devices-per-process", type=int, default=4)
-    parser.add_argument("--module", default="seqjax.main", help="python -m MODULE per process")
+    parser.add_argument("--num-processes", type=int, default=2, help="(default: %(default)s)")
+    parser.add_argument(
+        "--devices-per-process", type=int, default=4, help="fake CPU devices (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--module",
+        default="seqjax.main",
+        help="python -m MODULE per process (default: %(default)s)",
+    )
     parser.add_argument("main_args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     main_args = args.main_args[1:] if args.main_args[:1] == ["--"] else args.main_args
     if args.num_processes < 1 or args.devices_per_process < 1:
         parser.error("--num-processes and --devices-per-process must be >= 1")
-    return launch(args.num_processes, args.devices_per_process, main_args, args.module)
+    n, d = args.num_processes, args.devices_per_process
+    if args.module == "seqjax.main":
+        try:
+            check_main_args(main_args, n, d)
+        except common.LaunchError as e:
+            return common.fail("local", e)
+    workdir = _workdir(main_args)
+    print(
+        f"[local] {common.marked(n, 2)} processes x {common.marked(d, 4)} CPU devices; "
+        f"process 0 logs here, the others to {workdir or Path('.')}/process_<i>.log",
+        file=sys.stderr,
+        flush=True,
+    )
+    return launch(n, d, main_args, args.module)
+
+
+def check_main_args(main_args: list[str], num_processes: int, devices: int) -> None:
+    """``--config`` and its ``--config.FIELD=VALUE`` overrides in the job's arguments,
+    validated here for ``num_processes * devices`` devices (``LaunchError``)."""
+    config, overrides = None, {}
+    for i, arg in enumerate(main_args):
+        if arg.startswith("--config="):
+            config = arg.split("=", 1)[1]
+        elif arg == "--config" and i + 1 < len(main_args):
+            config = main_args[i + 1]
+        elif arg.startswith("--config."):
+            key, _, value = arg[2:].partition("=")
+            overrides[key] = value
+    if config is None:
+        raise common.LaunchError("the job's arguments (after --) need --config=FILE[:variant]")
+    if _workdir(main_args) is None and not any(a.startswith("--workdir") for a in main_args):
+        raise common.LaunchError("the job's arguments (after --) need --workdir=DIR")
+    common.check_job(
+        config, overrides, num_devices=num_processes * devices, process_count=num_processes
+    )
 
 
 if __name__ == "__main__":

@@ -49,6 +49,9 @@ from seqjax.configs import common as config_files
 from seqjax.train import checkpoint as checkpoint_lib
 from seqjax.train import loop, metrics, setup
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import plotting  # noqa: E402  (experiments/plotting.py)
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 
@@ -254,7 +257,7 @@ def write(args, rows) -> dict:
     if peers:
         md += "\n## Peers, timed in turns in one run (peers.py)\n\n" + peers_markdown(peers)
     bench.write_results(args.out, f"char_lm_{args.scale}", payload, md)
-    plot(rows, Path(args.out) / f"char_lm_{args.scale}.png")
+    plot(payload, Path(args.out) / f"char_lm_{args.scale}.png")
     print(md)
     return payload
 
@@ -263,24 +266,31 @@ def peers_markdown(peers: dict) -> str:
     return _peers_module().markdown(peers).split("\n", 2)[2]
 
 
-def plot(rows, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+def plot(payload: dict, path: Path) -> None:
+    """Validation loss against training speed, one point per mechanism; nanoGPT's reported
+    validation loss as context (a figure from elsewhere, not timed here), the scale and
+    steps in the title, and a "measured under load" mark when the file records it."""
+    plt = plotting.pyplot()
+    rows = payload["rows"]
+    fig, ax = plt.subplots(figsize=(6.8, 4.6))
     for r in rows:
         ax.scatter(r["tokens_per_s"], r["val_loss"], label=r["variant"])
-    ax.set_xlabel("tokens/s (steady state)")
+    ref = (payload.get("nanogpt") or NANOGPT_CONTEXT).get("val_loss")
+    if ref:
+        ax.axhline(ref, color="gray", ls="--", lw=1, label=f"nanoGPT's reported val loss {ref:g}")
+    ax.set_xlabel("tokens/s (steady state, this machine)")
     ax.set_ylabel("validation loss (nats/char)")
-    ax.set_title("tiny shakespeare, nanoGPT CPU config")
+    steps = sorted({r.get("steps") for r in rows if r.get("steps")})
+    ax.set_title(
+        f"tiny shakespeare, nanoGPT CPU model, {payload.get('scale')} scale: "
+        f"{'/'.join(map(str, steps))} steps per mechanism",
+        fontsize=9,
+    )
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    ax.legend(fontsize=7)
+    plotting.mark_load(fig, payload)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    plotting.save(fig, path)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,9 @@ less than 1.5x from T = 4K to 64K.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import sys
 from pathlib import Path
 
 import jax
@@ -30,6 +32,9 @@ import jax.numpy as jnp
 
 from seqjax import bench
 from seqjax.attention import dense, lsh
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import plotting  # noqa: E402  (experiments/plotting.py)
 
 SCALES = {
     "smoke": dict(lengths=[256, 512], tokens=1024, heads=1, dim=16, hashes=[2], chunk=64),
@@ -164,16 +169,43 @@ def _write(args, sc, configs, rows, load) -> None:
         {"scale": args.scale, "config": sc, "rows": rows, "goals": goals, "load_avg": load},
         md,
     )
-    xs = [r["seq"] for r in rows]
-    for metric, ylabel in (("ms", "forward+backward ms"), ("mib", "peak MiB")):
-        bench.plot_lines(
-            out / f"{name}_{metric}.png",
-            {l: (xs, [r.get(f"{l}_{metric}") for r in rows]) for l in labels},
-            xlabel="sequence length T (fixed tokens per batch)",
-            ylabel=ylabel,
-            title=f"LSH vs dense chunked ({bench.device_label()})",
-        )
+    plot(json.loads((out / f"{name}.json").read_text()), out, name)
     print(md, flush=True)
+
+
+def plot(payload: dict, out, name: str) -> None:
+    """``<name>_ms.png`` and ``<name>_mib.png``: time and peak memory against T, one line
+    per attention; the title gives the scale and tokens per batch, and a red note on the
+    time plot says when the results file records a loaded machine."""
+    plt = plotting.pyplot()
+    rows, sc = payload["rows"], payload.get("config") or {}
+    labels = [k[: -len("_ms")] for k in rows[0] if k.endswith("_ms")] if rows else []
+    xs = [r["seq"] for r in rows]
+    tokens = rows[0]["seq"] * rows[0]["batch"] if rows and "batch" in rows[0] else None
+    for metric, ylabel in (("ms", "forward+backward ms per step"), ("mib", "peak MiB")):
+        fig, ax = plt.subplots(figsize=(6.8, 4.6))
+        for label in labels:
+            pts = [(x, r.get(f"{label}_{metric}")) for x, r in zip(xs, rows)]
+            pts = [(x, y) for x, y in pts if y is not None]
+            if pts:
+                ax.plot(*zip(*pts), marker="o", label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("sequence length T (fixed tokens per batch)")
+        ax.set_ylabel(ylabel)
+        per_batch = f", {tokens:,} tokens per batch" if tokens else ""
+        ax.set_title(
+            f"LSH vs dense chunked attention, {payload.get('scale')} scale{per_batch}\n"
+            f"causal, {sc.get('heads', '?')} head(s) x {sc.get('dim', '?')}, one layer, "
+            "forward+backward",
+            fontsize=9,
+        )
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+        if metric == "ms":  # compiled peak memory does not depend on the load
+            plotting.mark_load(fig, payload)
+        fig.tight_layout(rect=(0, 0.03, 1, 1))
+        plotting.save(fig, Path(out) / f"{name}_{metric}.png")
 
 
 def _goals(rows) -> dict:

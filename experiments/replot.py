@@ -1,0 +1,71 @@
+"""Redraws the committed experiment plots from the committed results files (no measuring).
+
+    python experiments/replot.py            # every plot below
+    python experiments/replot.py --list     # what it would draw
+
+Each study's script owns its plot function and takes the results payload (the JSON it
+wrote), so a plot drawn here is the plot a fresh run draws. The plots say what they show:
+title with the scale and steps, the paper's values where its table has them, chance lines
+for accuracies, error bars where there are several measurements, and a red "measured under
+load" line where the results file records a loaded machine (``plotting.load_note``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from seqjax.configs import common as config_files  # noqa: E402
+
+# (script, results file without .json, how the script's plot function is called)
+PLOTS = [
+    ("reformer/duplication.py", "reformer/results/duplication", "file"),
+    ("reformer/duplication.py", "reformer/results/duplication_smoke", "file"),
+    ("reformer/speed_memory.py", "reformer/results/speed_memory", "folder"),
+    ("lra_accuracy/run.py", "lra_accuracy/results/lra_accuracy_cpu", "file"),
+    ("lra_accuracy/run.py", "lra_accuracy/results/lra_accuracy_cpu_adamw", "file"),
+    ("lra_accuracy/run.py", "lra_accuracy/results/lra_accuracy_smoke", "file"),
+    ("char_lm_quality/run.py", "char_lm_quality/results/char_lm_cpu", "file"),
+]
+
+
+def replot(root: Path = HERE, out: Path | None = None) -> list[Path]:
+    """Draws every plot of ``PLOTS`` from ``root``'s results into ``out`` (default: beside
+    each results file); returns the files written."""
+    written = []
+    for script, results, kind in PLOTS:
+        name = "study_" + script.replace("/", "_").removesuffix(".py")
+        module = config_files.load_file(root / script, name, register=True)
+        payload = json.loads((root / f"{results}.json").read_text())
+        folder = out or (root / results).parent
+        stem = Path(results).name
+        if kind == "folder":
+            module.plot(payload, folder, stem)
+            written += sorted(Path(folder).glob(f"{stem}_*.png"))
+        else:
+            module.plot(payload, Path(folder) / f"{stem}.png")
+            written.append(Path(folder) / f"{stem}.png")
+    return written
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--list", action="store_true", help="print the plots, draw nothing")
+    parser.add_argument("--out", default=None, help="draw into this folder instead")
+    args = parser.parse_args(argv)
+    if args.list:
+        for script, results, _ in PLOTS:
+            print(f"{results}.json -> {script}")
+        return 0
+    for path in replot(out=Path(args.out) if args.out else None):
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
