@@ -186,3 +186,50 @@ def test_translate_bad_input_is_one_sentence(mt, reference, flags, words):
     assert last.startswith("error: ") and "Traceback" not in proc.stderr
     for w in words:
         assert w in last, last
+
+
+def _bad_file(tmp_path, kind: str) -> str:
+    path = tmp_path / f"{kind}.jsonl"
+    if kind == "foreign":
+        path.write_text("this is not JSON\n")
+    elif kind == "unknown_lang":
+        path.write_text('{"en": "File", "de": "Datei"}\n' * 50)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "kind, extra, words",
+    [
+        ("missing", {}, ["config.data.path", "missing.jsonl"]),
+        ("foreign", {}, ["foreign.jsonl", "line 1"]),
+        ("unknown_lang", {"data.target_lang": "xx"}, ["xx", "de"]),
+        ("ok", {"data.max_source_len": 64}, ["data.max_source_len", "model.max_len=24"]),
+        ("ok", {"train.label_smoothing": 1.5}, ["train.label_smoothing", "[0, 1)"]),
+        ("ok", {"eval.beam_size": 0}, ["eval.beam_size"]),
+        ("ok", {"model.decoder_attention": "linformer"}, ["model.decoder_attention", "causal"]),
+    ],
+)
+def test_bad_translation_config_is_one_sentence(mt, tmp_path, kind, extra, words):
+    path = mt["path"] if kind == "ok" else _bad_file(tmp_path, kind)
+    proc = subprocess.run(_cmd(tmp_path / "w", mt, **{"data.path": path, **extra}),
+                          env=subprocess_env(mt), cwd=REPO, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    text = proc.stderr[proc.stderr.rindex("error") :]
+    for w in words:
+        assert w in text, text
+    assert not (tmp_path / "w" / "checkpoints").exists()
+
+
+def test_resume_with_another_vocabulary_is_refused(mt, reference, tmp_path):
+    import shutil
+
+    work = tmp_path / "copy"
+    shutil.copytree(reference[0], work)
+    before = sorted(p.name for p in (work / "checkpoints").iterdir())
+    proc = subprocess.run(_cmd(work, mt, **{"data.vocab_size": 500}), env=subprocess_env(mt),
+                          cwd=REPO, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "vocab_size" in proc.stderr and "Traceback" not in proc.stderr
+    assert sorted(p.name for p in (work / "checkpoints").iterdir()) == before
