@@ -64,9 +64,12 @@ class LanguageModel(base.Task):
         """PaLM's ``6 N T + 12 L T^2 d`` per window; a tied token table is the logits matmul."""
         from seqjax.train import flops
 
+        m = run.config.model
+        relative = any(name == "relative" for name, _ in run.model_cfg.attention)
         return flops.train_flops_per_step(
             run.model_cfg, run.abstract["params"], batch_size=run.config.data.batch_size,
             seq_len=run.config.data.seq_len, tied_output=run.model_cfg.tie_embeddings,
+            mem_len=int(m.get("mem_len") or 0) if run.recurrence else 0, relative=relative,
         )  # fmt: skip
 
     def check_sample_inputs(self, run, prompt: str, length: int) -> None:

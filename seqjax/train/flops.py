@@ -48,9 +48,21 @@ def peak_flops(device=None) -> float | None:
 
 
 def analytic_lm_flops(
-    *, num_params: int, lookup_params: int, num_layers: int, d_model: int, seq_len: int
+    *,
+    num_params: int,
+    lookup_params: int,
+    num_layers: int,
+    d_model: int,
+    seq_len: int,
+    attn_width: int | None = None,
+    key_len: int | None = None,
 ) -> float:
-    """Training FLOPs per sequence of a decoder LM: ``6 N T + 12 L T^2 d``.
+    """Training FLOPs per sequence of a decoder LM: ``6 N T + 12 L T S (H Q)``.
+
+    PaLM (Chowdhery et al. 2022, App. B) counts ``12 L H Q T`` per token for the scores and
+    the weighted values (forward and backward): ``H Q`` = heads x head dim (the attention
+    width, which equals ``d`` only when ``head_dim = d / H``) and ``T`` keys per query; with
+    a memory (Transformer-XL) each query sees ``S = T + M`` keys.
 
     Args:
       num_params: all parameters.
@@ -58,9 +70,13 @@ def analytic_lm_flops(
         position tables, and the token table when the output projection is not tied to it
         (a tied table is also the logits matmul, so it counts).
       num_layers, d_model, seq_len: L, d, T.
+      attn_width: H Q (None: d_model).
+      key_len: S, keys each query sees (None: T).
     """
     n = num_params - lookup_params
-    return 6.0 * n * seq_len + 12.0 * num_layers * seq_len * seq_len * d_model
+    width = d_model if attn_width is None else attn_width
+    keys = seq_len if key_len is None else key_len
+    return 6.0 * n * seq_len + 12.0 * num_layers * seq_len * keys * width
 
 
 def compiled_flops(compiled) -> float:
@@ -83,24 +99,44 @@ def mfu(flops_per_step: float, step_seconds: float, num_devices: int, device=Non
 
 
 def train_flops_per_step(
-    model_cfg, params, *, batch_size: int, seq_len: int, tied_output: bool
+    model_cfg,
+    params,
+    *,
+    batch_size: int,
+    seq_len: int,
+    tied_output: bool,
+    mem_len: int = 0,
+    relative: bool = False,
 ) -> float:
     """Analytic model FLOPs of one training step of a seqjax model (``analytic_lm_flops``).
 
     Lookup-only tables: learned positions, and the token table unless ``tied_output`` (it
     is also the output projection: an LM with ``tie_embeddings``; the task says,
-    ``seqjax.tasks.Task.flops_per_step``). Attention is counted dense (``12 L T^2 d``) for every
-    mechanism, so a sparse model's MFU is its dense-equivalent utilization.
+    ``seqjax.tasks.Task.flops_per_step``). Attention is counted dense (``12 L T S H Q``) for
+    every mechanism, so a sparse model's MFU is its dense-equivalent utilization.
+
+    A memory of ``mem_len`` positions (Transformer-XL, Dai et al. 2019 §3.2-3.3) adds what
+    runs for it: each query sees ``S = T + M`` keys; the keys and values of the memory are
+    projected in the forward pass only (``4 L M d H Q``, no gradient flows into the memory);
+    with ``relative`` attention the position term ``Q (W_R R)^T`` is a second score matrix
+    (``6 L T S H Q``) and ``W_R`` projects ``S`` positions, not ``T`` tokens.
     """
     num_params = sum(int(x.size) for x in jax.tree.leaves(params))
     d = model_cfg.d_model
+    width = model_cfg.num_heads * model_cfg.dim_head
     lookup = model_cfg.max_len * d if model_cfg.positional == "learned" else 0
     if not tied_output:
         lookup += model_cfg.vocab_size * d
+    L, T, M = model_cfg.num_layers, seq_len, int(mem_len)
+    S = T + M
     per_seq = analytic_lm_flops(
         num_params=num_params, lookup_params=min(lookup, num_params),
-        num_layers=model_cfg.num_layers, d_model=d, seq_len=seq_len,
+        num_layers=L, d_model=d, seq_len=T, attn_width=width, key_len=S,
     )  # fmt: skip
+    per_seq += 4.0 * L * M * d * width  # memory keys/values, forward only
+    if relative:
+        per_seq += 6.0 * L * T * S * width  # the position scores (forward + backward)
+        per_seq += 6.0 * L * (S - T) * d * width  # W_R over S positions (T are in 6 N T)
     return batch_size * per_seq
 
 

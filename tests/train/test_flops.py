@@ -56,3 +56,21 @@ def test_mfu():
     assert flops.mfu(989e12 * 0.5, 1.0, 1, h100) == pytest.approx(0.5)
     assert flops.mfu(989e12, 1.0, 2, h100) == pytest.approx(0.5)
     assert flops.mfu(1e12, 1.0, 1, types.SimpleNamespace(device_kind="cpu")) is None
+
+
+def test_attention_flops_use_heads_times_head_dim_and_count_the_memory():
+    """PaLM's 12 L T S (H Q): with head_dim != d / H the width is H Q, not d (regression:
+    it used d_model); a memory of M positions adds keys, its K/V projections and, with
+    relative attention, the position scores."""
+    from seqjax.models.transformer import TransformerConfig
+
+    cfg = TransformerConfig(vocab_size=10, num_layers=2, num_heads=4, d_model=64, head_dim=32)
+    params = {"w": jnp.zeros((0,))}  # no parameter FLOPs: attention only
+    base = flops.train_flops_per_step(cfg, params, batch_size=1, seq_len=8, tied_output=True)
+    assert base == 12 * 2 * 8 * 8 * (4 * 32)
+    mem = flops.train_flops_per_step(cfg, params, batch_size=1, seq_len=8, tied_output=True,
+                                     mem_len=16)  # fmt: skip
+    assert mem == 12 * 2 * 8 * 24 * 128 + 4 * 2 * 16 * 64 * 128
+    rel = flops.train_flops_per_step(cfg, params, batch_size=1, seq_len=8, tied_output=True,
+                                     mem_len=16, relative=True)  # fmt: skip
+    assert rel == mem + 6 * 2 * 8 * 24 * 128 + 6 * 2 * 16 * 64 * 128
