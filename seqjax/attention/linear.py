@@ -62,6 +62,13 @@ def elu_plus_one(x):
     return jax.nn.elu(x.astype(jnp.float32)) + 1.0
 
 
+def _normalise(num_BTHD, den_BTH, eps):
+    """``num / (den + eps)``; ``eps=0``: ``num / den`` with 0 where no key is visible."""
+    if eps:
+        return num_BTHD / (den_BTH[..., None] + eps)
+    return num_BTHD / jnp.where(den_BTH > 0, den_BTH, 1.0)[..., None]
+
+
 def _mask_keys(phi_k_BSHM, mask, b, s):
     mask = masks_lib.check_key_mask(mask, b, s)
     if mask is None:
@@ -69,7 +76,7 @@ def _mask_keys(phi_k_BSHM, mask, b, s):
     return phi_k_BSHM * mask[:, :, None, None].astype(phi_k_BSHM.dtype)
 
 
-def feature_attention(phi_q_BTHM, phi_k_BSHM, v_BSHD, *, causal=False, mask=None):
+def feature_attention(phi_q_BTHM, phi_k_BSHM, v_BSHD, *, causal=False, mask=None, eps=EPS):
     """``phi(Q) S / (phi(Q) z)`` with the sums over visible keys (eq. 6; eq. 9 when causal).
 
     Args:
@@ -77,6 +84,7 @@ def feature_attention(phi_q_BTHM, phi_k_BSHM, v_BSHD, *, causal=False, mask=None
       v_BSHD: values.
       causal: prefix sums, bottom-right aligned (query i sees keys j <= i + S - T).
       mask: ``[B, S]`` key padding (True = keep).
+      eps: added to the normaliser (0: exact division, 0 output where no key is visible).
 
     Returns:
       float32 ``[B, T, H, Dv]``.
@@ -90,7 +98,7 @@ def feature_attention(phi_q_BTHM, phi_k_BSHM, v_BSHD, *, causal=False, mask=None
         z_BHM = phi_k_BSHM.sum(axis=1)
         num_BTHD = jnp.einsum("bthm,bhmd->bthd", phi_q_BTHM, kv_BHMD)
         den_BTH = jnp.einsum("bthm,bhm->bth", phi_q_BTHM, z_BHM)
-        return num_BTHD / (den_BTH[..., None] + EPS)
+        return _normalise(num_BTHD, den_BTH, eps)
     offset = masks_lib.causal_offset(t, s)
     if offset < 0:
         raise ValueError(
@@ -102,10 +110,10 @@ def feature_attention(phi_q_BTHM, phi_k_BSHM, v_BSHD, *, causal=False, mask=None
     kv_BTHMD, z_BTHM = kv_BSHMD[:, offset:], z_BSHM[:, offset:]  # query i: keys <= i+offset
     num_BTHD = jnp.einsum("bthm,bthmd->bthd", phi_q_BTHM, kv_BTHMD)
     den_BTH = jnp.einsum("bthm,bthm->bth", phi_q_BTHM, z_BTHM)
-    return num_BTHD / (den_BTH[..., None] + EPS)
+    return _normalise(num_BTHD, den_BTH, eps)
 
 
-def recurrent_attention(phi_q_BTHM, phi_k_BTHM, v_BTHD, state=None, *, mask=None):
+def recurrent_attention(phi_q_BTHM, phi_k_BTHM, v_BTHD, state=None, *, mask=None, eps=EPS):
     """Causal attention of T new tokens continuing ``state`` (the RNN of §3.4, eq. 16-20).
 
     Args:
@@ -134,11 +142,11 @@ def recurrent_attention(phi_q_BTHM, phi_k_BTHM, v_BTHD, state=None, *, mask=None
     z_BTHM = state["z"][:, None] + jnp.cumsum(phi_k_BTHM, axis=1)
     num_BTHD = jnp.einsum("bthm,bthmd->bthd", phi_q_BTHM, kv_BTHMD)
     den_BTH = jnp.einsum("bthm,bthm->bth", phi_q_BTHM, z_BTHM)
-    out_BTHD = num_BTHD / (den_BTH[..., None] + EPS)
+    out_BTHD = _normalise(num_BTHD, den_BTH, eps)
     return out_BTHD, {"kv": kv_BTHMD[:, -1], "z": z_BTHM[:, -1]}
 
 
-def quadratic_attention(phi_q_BTHM, phi_k_BSHM, v_BSHD, *, causal=False, mask=None):
+def quadratic_attention(phi_q_BTHM, phi_k_BSHM, v_BSHD, *, causal=False, mask=None, eps=EPS):
     """The O(T S) form ``((phi(Q) phi(K)^T) ⊙ M) V / rowsum`` (eq. 4 with sim = phi phi^T):
     the ground truth that ``feature_attention`` equals."""
     b, t = phi_q_BTHM.shape[:2]
@@ -148,8 +156,8 @@ def quadratic_attention(phi_q_BTHM, phi_k_BSHM, v_BSHD, *, causal=False, mask=No
     if valid is not None:
         sim_BHTS = sim_BHTS * jnp.broadcast_to(valid, sim_BHTS.shape).astype(sim_BHTS.dtype)
     num_BHTD = jnp.einsum("bhts,bshd->bhtd", sim_BHTS, v_BSHD.astype(jnp.float32))
-    out_BHTD = num_BHTD / (sim_BHTS.sum(-1, keepdims=True) + EPS)
-    return out_BHTD.transpose(0, 2, 1, 3)
+    den_BHT = sim_BHTS.sum(-1)
+    return _normalise(num_BHTD, den_BHT, eps).transpose(0, 2, 1, 3)
 
 
 def _check_scale(scale) -> None:

@@ -68,11 +68,15 @@ def random_features(rng, num_features: int, head_dim: int, *, orthogonal: bool =
     """``W float32 [M, D]``: FAVOR+'s (orthogonal) Gaussian projection rows (§2.4)."""
     m, d = check_num_features(num_features), int(head_dim)
     n_blocks = -(-m // d)
-    keys = jax.random.split(rng, n_blocks + 1)
+    keys = jax.random.split(rng, 2)
     if not orthogonal:
         return jax.random.normal(keys[0], (m, d), jnp.float32)
-    blocks = [jnp.linalg.qr(jax.random.normal(k, (d, d), jnp.float32))[0].T for k in keys[:-1]]
-    w_MD = jnp.concatenate(blocks, axis=0)[:m]  # orthonormal rows within each block
+    gauss_NDD = jax.random.normal(keys[0], (n_blocks, d, d), jnp.float32)
+    q_NDD, r_NDD = jnp.linalg.qr(gauss_NDD)  # orthonormal columns per block
+    # Signs of diag(R) make Q Haar-distributed (without them Householder QR fixes the sign
+    # of each column's leading entries, and the rows would not be uniform on the sphere).
+    q_NDD = q_NDD * jnp.sign(jnp.diagonal(r_NDD, axis1=1, axis2=2))[:, None, :]
+    w_MD = jnp.swapaxes(q_NDD, 1, 2).reshape(n_blocks * d, d)[:m]  # orthonormal rows per block
     norms_M = jnp.linalg.norm(jax.random.normal(keys[-1], (m, d), jnp.float32), axis=-1)
     return w_MD * norms_M[:, None]  # rows marginally N(0, I_D)
 
@@ -149,7 +153,7 @@ def performer_attention(
     key_mask = None if mask is None else jnp.broadcast_to(mask.astype(bool), k_BSHD.shape[:2])
     phi_q = query_features(q_BTHD, w_MD, scale)
     phi_k = key_features(k_BSHD, w_MD, scale, mask=key_mask, stabilise=not causal)
-    out = linear.feature_attention(phi_q, phi_k, v_BSHD, causal=causal, mask=mask)
+    out = linear.feature_attention(phi_q, phi_k, v_BSHD, causal=causal, mask=mask, eps=0.0)
     return out.astype(q_BTHD.dtype)
 
 
@@ -173,7 +177,7 @@ def performer_decode(
     w_MD = _projection(q_BTHD, num_features=num_features, seed=seed, orthogonal=orthogonal, rng=rng)
     phi_q = query_features(q_BTHD, w_MD, scale)
     phi_k = key_features(k_BTHD, w_MD, scale, stabilise=False)
-    out, state = linear.recurrent_attention(phi_q, phi_k, v_BTHD, state, mask=mask)
+    out, state = linear.recurrent_attention(phi_q, phi_k, v_BTHD, state, mask=mask, eps=0.0)
     return out.astype(q_BTHD.dtype), state
 
 
