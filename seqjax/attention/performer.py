@@ -30,7 +30,9 @@ Numerical stabilisers (they cancel exactly in the ratio): each query's features 
 divided by their own max; in the bidirectional form the keys' features by the max over
 the *visible* keys of each (batch, head). The causal form takes no key stabiliser, so that
 output i is a function of keys j <= i in floating point too, and decoding (which does not
-know future keys) computes the same numbers as the full forward.
+know future keys) computes the same numbers as the full forward. The normaliser is
+divided exactly (no epsilon: the stabilised features make an additive one a bias), with 0
+where a query sees no key.
 
 Common options: ``mask`` (key padding: padded keys' features are zeroed), ``causal``
 (bottom-right aligned, as the other mechanisms), ``scale``. ``dropout_rate > 0`` and
