@@ -52,7 +52,7 @@ from seqjax.attention import linear, numerics, registry
 from seqjax.attention.lsh import fallback_key
 
 DEFAULT_FEATURES = 256  # LRA's Performer rows use 256 random features
-OPTIONS = ("num_features", "seed", "redraw", "orthogonal", "rng")
+OPTIONS = ("num_features", "seed", "redraw", "orthogonal")
 
 
 def check_num_features(num_features) -> int:
