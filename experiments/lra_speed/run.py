@@ -74,10 +74,28 @@ class Scale:
     repeats: int
     linformer_k: int
     lsh_chunk: int
+    performer_features: int = 256  # LRA's Performer rows: 256 random features
+    local_block: int = 128  # block-local attention: block length
+    window: int = 128  # Longformer/BigBird rows: sliding window (positions each side)
+    block: int = 64  # BigBird's block size (Zaheer et al. 2020, App. D: 64)
 
 
 SCALES = {
-    "smoke": Scale(1, 32, 2, 64, 1, (256,), 1, linformer_k=32, lsh_chunk=32),
+    "smoke": Scale(
+        1,
+        32,
+        2,
+        64,
+        1,
+        (256,),
+        1,
+        linformer_k=32,
+        lsh_chunk=32,
+        performer_features=32,
+        local_block=32,
+        window=32,
+        block=32,
+    ),  # fmt: skip
     # The LRA Text model (4 layers, E = 256, 4 heads, FF 1024) at batch 1 on 2 cores.
     # Three interleaved rounds after a warm-up call (medians): a step of dense reference at
     # 4K takes about 20 s here.
@@ -96,6 +114,27 @@ def variants(scale: Scale, t: int) -> dict[str, tuple[str, dict]]:
         "sparse_strided": ("sparse_strided", {}),
         "linformer": ("linformer", {"k": scale.linformer_k, "max_len": t}),
         "lsh": ("lsh", {"n_hashes": 2, "chunk_len": scale.lsh_chunk}),
+        # The LRA baselines of Tay et al. 2020, Table 1-2 (issue 27).
+        "performer": ("performer", {"num_features": scale.performer_features}),
+        "linear": ("linear", {}),
+        "local": ("local", {"block_len": scale.local_block}),
+        # Longformer-style: sliding window + the first block of tokens global (a CLS-like
+        # prefix; Beltagy et al. 2020, §3.1); BigBird-style: window, global and random
+        # blocks (Zaheer et al. 2020, App. D: 3 window, 2 global, 3 random blocks of 64).
+        "longformer": (
+            "flex",
+            {"pattern": "global_tokens", "window": scale.window, "num_global": scale.block},
+        ),
+        "bigbird": (
+            "flex",
+            {
+                "pattern": "bigbird",
+                "window": 1,
+                "num_global": 2,
+                "num_random": 3,
+                "block_size": scale.block,
+            },
+        ),  # fmt: skip
     }
 
 

@@ -12,8 +12,11 @@ merge, padding) live in ``seqjax.attention.numerics``.
 from seqjax.attention import (  # noqa: F401
     dense,  # "dense", "causal"
     flex,  # "flex" (any pattern: mask function or block mask)
+    linear,  # "linear" (Katharopoulos et al. 2020)
     linformer,  # "linformer"
+    local,  # "local" (LRA block-local, a flex pattern)
     lsh,  # "lsh"
+    performer,  # "performer" (FAVOR+)
     relative,  # "relative" (Transformer-XL)
     sparse,  # "sparse_strided", "sparse_fixed"
 )

@@ -49,6 +49,12 @@ class Mechanism:
         options inconsistent with a sequence length; called by config validation before
         anything compiles.
       doc: one line shown by ``seqjax.attention.describe()``.
+      decode_state: optional ``hook(q, k, v, state, *, mask=None, **options) -> (out,
+        new_state)`` for mechanisms with a fixed-size recurrent state (linear attention,
+        Performer): causal attention of the ``[B, T, H, D]`` new tokens after ``state`` (a
+        pytree; None = empty prefix). ``MultiHeadAttention(decode=True)`` keeps the state in
+        the "cache" collection (``recurrent_state``) instead of a growing KV cache, so
+        one-token decoding equals the full causal forward.
     """
 
     name: str
@@ -59,6 +65,7 @@ class Mechanism:
     options: tuple[str, ...] = ()
     validate: Callable[[dict, int], None] | None = None
     doc: str = ""
+    decode_state: Callable[..., Any] | None = None
 
 
 COMMON_OPTIONS = ("causal", "mask", "segment_ids", "dropout_rate", "dropout_rng", "scale")

@@ -26,6 +26,14 @@ Dtype = Any
 KV_CACHE_MECHANISMS = ("dense", "causal")
 
 
+def decodes_with_cache(mechanism: str) -> bool:
+    """True when ``decode=True`` equals the full causal forward for this mechanism: a KV-cache
+    mechanism, or one with a fixed-size recurrent state (its ``decode_state`` hook)."""
+    if mechanism in KV_CACHE_MECHANISMS:
+        return True
+    return attention_lib.spec(mechanism).decode_state is not None
+
+
 def freeze_options(options) -> tuple[tuple[str, Any], ...]:
     """Turns an options mapping into a hashable, sorted tuple (Flax module fields)."""
     if options is None:
@@ -137,8 +145,10 @@ class MultiHeadAttention(nn.Module):
       out_init_scale: variance multiplier of the output projection (1/(2N) residual scaling).
       dtype: compute dtype; parameters are ``param_dtype``.
       decode: autoregressive decoding with a KV cache ("cache" collection), one token per
-        call; only causal attention of the dense family (``KV_CACHE_MECHANISMS``), any other
-        mechanism raises (its outputs are not a function of cached keys alone).
+        call; only causal attention of the dense family (``KV_CACHE_MECHANISMS``) or of a
+        mechanism with a recurrent state (``decode_state``: linear, performer, kept in the
+        cache as ``recurrent_state``); any other mechanism raises (its outputs are not a
+        function of cached keys alone).
       max_len: the model's longest sequence, or None. Mechanisms whose defaults depend on
         the length (LSH's ``n_buckets``) derive them from it, so the padded length of an
         input never changes them.
@@ -218,6 +228,11 @@ class MultiHeadAttention(nn.Module):
             kwargs["dropout_rate"] = self.dropout_rate
             kwargs["dropout_rng"] = self.make_rng("dropout")
         causal = self.causal
+        if self_cache and mech.decode_state is not None:
+            out_BTHD = self._recurrent_step(mech, q_BTHD, k_BSHD, v_BSHD, mask_BS, kwargs)
+            return HeadsOutput(
+                x_BTE.shape[-1], self.out_init_scale, self.dtype, self.param_dtype, name="out"
+            )(out_BTHD)
         if self_cache and not self.is_initializing():
             k_BSHD, v_BSHD, mask_BS = self._update_cache(k_BSHD, v_BSHD)
             causal = False  # the cache mask already hides future slots
@@ -252,6 +267,26 @@ class MultiHeadAttention(nn.Module):
         ck.value, cv.value, ready.value = k_BSHD, v_BSHD, jnp.ones((), bool)
         return k_BSHD, v_BSHD
 
+    def _recurrent_step(self, mech, q_BTHD, k_BTHD, v_BTHD, mask_BT, kwargs):
+        """Decoding through a mechanism's fixed-size state (``decode_state`` hook, e.g. linear
+        attention's ``sum phi(k) v^T``), kept in the cache as ``recurrent_state``: the init
+        call runs the whole input from an empty state (it sizes the cache); later calls
+        continue the state with their new tokens (one per call, or a chunk)."""
+        kwargs = {k: v for k, v in kwargs.items() if k not in ("dropout_rate", "dropout_rng")}
+        if self.is_initializing():
+            out_BTHD, state = mech.decode_state(
+                q_BTHD, k_BTHD, v_BTHD, None, mask=mask_BT, **kwargs
+            )
+            self.variable("cache", "recurrent_state", jax.tree.map, jnp.zeros_like, state)
+            return out_BTHD
+        if not self.has_variable("cache", "recurrent_state"):
+            raise ValueError("decode=True needs the cache created by init (collection 'cache')")
+        var = self.variable("cache", "recurrent_state")
+        out_BTHD, var.value = mech.decode_state(
+            q_BTHD, k_BTHD, v_BTHD, var.value, mask=mask_BT, **kwargs
+        )
+        return out_BTHD
+
     def _update_cache(self, k_B1HD, v_B1HD):
         """Writes one step's key/value into the cache; returns full cache and its mask."""
         if k_B1HD is None:
@@ -277,9 +312,10 @@ class MultiHeadAttention(nn.Module):
 def check_decodable(mechanism: str, causal: bool) -> None:
     """Raises ``ValueError`` unless KV-cache decoding of this attention equals the full
     forward pass (causal attention of a ``KV_CACHE_MECHANISMS`` mechanism)."""
-    if mechanism not in KV_CACHE_MECHANISMS:
+    if not decodes_with_cache(mechanism):
+        stateful = tuple(n for n in attention_lib.names() if decodes_with_cache(n))
         raise ValueError(
-            f"decode=True (KV-cache decoding) supports attention {KV_CACHE_MECHANISMS}; got "
+            f"decode=True (KV-cache decoding) supports attention {stateful}; got "
             f"{mechanism!r}: run the model without decode (seqjax.sample recomputes the prefix)"
         )
     if not causal:

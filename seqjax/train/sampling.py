@@ -1,11 +1,13 @@
 """Text generation from a trained language model (the library behind ``seqjax.sample``).
 
 Causal dense attention ("dense" / "causal" on every layer, standard or reversible layers)
-decodes with the model's KV cache, one token per step inside a ``lax.scan``; other
-mechanisms recompute the window for each new token, conditioned on exactly the prefix: the
-positions after it are masked out as keys (``prefix_logits``), never filled with invented
-tokens. This matters for causal LSH, whose outputs depend on later *queries*
-(``seqjax.attention.lsh``): with the mask, the logits at step t are those of the t-token
+decodes with the model's KV cache, linear attention and Performer with their O(1) recurrent
+state (the mechanism's ``decode_state``, in the same "cache" collection), one token per
+step inside a ``lax.scan``; other mechanisms recompute the window for each new token,
+conditioned on exactly the prefix: the positions after it are masked out as keys
+(``prefix_logits``), never filled with invented tokens. This matters for causal LSH, whose
+outputs depend on later *queries* (``seqjax.attention.lsh``): with the mask, the logits at
+step t are those of the t-token
 prefix alone, whatever follows t.
 
 Transformer-XL checkpoints decode with the memory as the cache (Dai et al. 2019, §3.2):
@@ -25,7 +27,7 @@ import numpy as np
 
 from seqjax.decoding.samplers import check_sampling, sample_logits
 from seqjax.models import TransformerLM
-from seqjax.models.layers import KV_CACHE_MECHANISMS
+from seqjax.models.layers import KV_CACHE_MECHANISMS, decodes_with_cache
 from seqjax.models.transformer_xl import TransformerXL
 
 CACHED_MECHANISMS = KV_CACHE_MECHANISMS
@@ -82,9 +84,11 @@ def generate(
 
 
 def uses_kv_cache(model_cfg) -> bool:
-    """True when ``generate`` decodes with the KV cache: causal dense attention on every
-    layer (standard or reversible); otherwise it recomputes the prefix per token."""
-    return model_cfg.causal and all(name in CACHED_MECHANISMS for name, _ in model_cfg.attention)
+    """True when ``generate`` decodes with the cache: causal attention on every layer
+    (standard or reversible) of the dense family or of a mechanism with a recurrent state
+    (linear, performer: ``layers.decodes_with_cache``); otherwise it recomputes the prefix
+    per token."""
+    return model_cfg.causal and all(decodes_with_cache(name) for name, _ in model_cfg.attention)
 
 
 def prefix_logits(model, params, buf_L, i):

@@ -114,3 +114,51 @@ def test_decode_raises_for_stacks_that_cannot_honour_it(kw, match):
     mha = layers.MultiHeadAttention(num_heads=2, head_dim=4, mechanism="linformer", decode=True)
     with pytest.raises(ValueError, match="decode=True.*'linformer'"):
         mha.init(jax.random.key(0), jnp.zeros((1, 4, 8)))
+
+
+# Mechanisms with an O(1) recurrent state (``decode_state``): the "cache" holds
+# ``recurrent_state`` (sum phi(k) v^T and sum phi(k)) instead of keys and values.
+RECURRENT_FAMILIES = {
+    "linear": dict(attention=attention_cycle("linear")),
+    "performer": dict(attention=attention_cycle("performer", {"performer": dict(num_features=16)})),
+    "performer_dense_mix": dict(
+        attention=attention_cycle("performer,dense", {"performer": dict(num_features=16)})
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "family",
+    [
+        pytest.param(f, marks=pytest.mark.slow) if f == "performer_dense_mix" else f
+        for f in sorted(RECURRENT_FAMILIES)
+    ],
+)
+def test_recurrent_state_decoding_equals_full_forward(family):
+    from seqjax.train import sampling
+
+    cfg = _cfg(**RECURRENT_FAMILIES[family])
+    assert sampling.uses_kv_cache(cfg)
+    tok = _tokens()
+    params = jax.jit(TransformerLM(cfg).init)(jax.random.key(1), tok)["params"]
+    full_BTV = jax.jit(TransformerLM(cfg).apply)({"params": params}, tok)
+    dec_BTV = _decode_one_at_a_time(cfg, params, tok)
+    np.testing.assert_allclose(dec_BTV, full_BTV, atol=1e-4, rtol=1e-4)
+    assert float(jnp.abs(full_BTV).max()) > 0.1
+    cache = TransformerLM(cfg, decode=True).init(jax.random.key(0), tok)["cache"]
+    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(cache)]
+    assert any("recurrent_state" in p for p in paths)
+    if family != "performer_dense_mix":  # no growing KV cache: the state is O(1) in T
+        assert not any("cached_key" in p for p in paths)
+
+
+def test_generate_with_recurrent_state_equals_recomputing_the_prefix():
+    from seqjax.train import sampling
+
+    cfg = _cfg(attention=attention_cycle("linear"))
+    params = jax.jit(TransformerLM(cfg).init)(jax.random.key(1), _tokens())["params"]
+    prompt = np.array([3, 5, 7], np.int32)
+    cached = sampling.generate(cfg, params, prompt, 4, temperature=0.0)
+    buf = jnp.zeros((T,), jnp.int32).at[:3].set(prompt)
+    windowed = sampling._generate_windowed(cfg, params, buf, 3, 4, 0.0, jax.random.key(0))
+    np.testing.assert_array_equal(cached, np.asarray(windowed))
