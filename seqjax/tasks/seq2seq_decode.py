@@ -3,8 +3,9 @@
 The model-specific half of decoding (``seqjax.decoding`` is the model-agnostic half): the
 source is encoded once, tiled to the K beams, and the decoder advances one token per step
 with its caches (``EncoderDecoder.step``: self-attention KV cache, cross-attention keys and
-values projected once per source). A decoder whose self-attention has no KV cache (any
-causal mechanism but dense/causal) decodes by recomputation: a token buffer in the search
+values projected once per source; linear attention and Performer keep their O(1) recurrent
+state instead of a KV cache). A decoder whose self-attention has no cache (the other causal
+mechanisms) decodes by recomputation: a token buffer in the search
 state, the full teacher-forced decoder run on it, the logits of the current position read
 (exact for causal attention: later buffer slots are never seen).
 
@@ -22,12 +23,13 @@ import numpy as np
 from tqdm import tqdm
 
 from seqjax import decoding
-from seqjax.models.layers import KV_CACHE_MECHANISMS
+from seqjax.models.layers import decodes_with_cache
 
 
 def uses_cache(model_cfg) -> bool:
-    """Whether every decoder self-attention layer decodes with a KV cache."""
-    return all(name in KV_CACHE_MECHANISMS for name, _ in model_cfg.decoder_attention)
+    """Whether every decoder self-attention layer decodes with a cache: a KV cache (dense,
+    causal) or a fixed-size recurrent state (linear, Performer)."""
+    return all(decodes_with_cache(name) for name, _ in model_cfg.decoder_attention)
 
 
 @functools.lru_cache(maxsize=16)
