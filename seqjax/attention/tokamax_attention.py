@@ -31,6 +31,8 @@ Legend: B batch, T query length, S key length, H heads, D head dim.
 
 from __future__ import annotations
 
+import sys
+
 import jax
 import jax.numpy as jnp
 
@@ -42,6 +44,18 @@ REQUIREMENT = "tokamax>=0.0.12,<0.1"  # the range seqjax was checked with (pypro
 
 
 def _tokamax():
+    """The tokamax module, with absl's flags parsed.
+
+    tokamax reads its options (``tokamax.config``) as absl flags and, when no program has
+    parsed the flags, parses ``sys.argv`` itself on the first kernel call, which fails for any
+    command line that is not absl's (pytest's, a notebook's). Unparsed flags are parsed here
+    from the program name alone (every flag at its default); a later ``absl.app.run`` parses
+    the real command line again.
+    """
+    from absl import flags
+
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS(sys.argv[:1], known_only=True)
     try:
         import tokamax
     except ImportError as e:  # pragma: no cover - depends on the environment
@@ -112,15 +126,19 @@ def tokamax_attention(
     )
     if valid is not None and mask is None and segment_ids is None:
         valid = valid[:1]  # the causal-only mask is the same for every example: [1, 1, T, S]
-    out_BTHD = tokamax.dot_product_attention(
-        q,
-        k,
-        v,
-        mask=valid,
-        scale=scale,
-        is_causal=kernel_causal,
-        implementation=kernel or KERNELS[backend],
-    )
+    # tokamax combines its masks with implicit rank promotion (its [T, S] causal mask with
+    # our [B, 1, T, S] mask), which seqjax's tests forbid globally; allowed for its call only
+    # (its Triton backward, traced later by ``jax.grad``, needs JAX's default "allow" too).
+    with jax.numpy_rank_promotion("allow"):
+        out_BTHD = tokamax.dot_product_attention(
+            q,
+            k,
+            v,
+            mask=valid,
+            scale=scale,
+            is_causal=kernel_causal,
+            implementation=kernel or KERNELS[backend],
+        )
     if valid is not None:  # rows with no visible key (under every mask) are zeros
         full = valid
         if kernel_causal:
