@@ -16,6 +16,10 @@ arguments onto it and picks the kernel by backend (``KERNELS``):
   * CPU: tokamax's XLA reference (``"xla"``): the path on which this module is tested
     against ``dense.reference_attention``.
 
+On a multi-device (Auto) mesh the kernel runs under ``shard_map``, batch and heads split as
+the logical-axis rules split them (``splash.mesh_split``): XLA cannot partition a Pallas
+kernel, and tokamax's own ``q_sharding`` is not used so that seqjax's rules decide.
+
 Conventions kept from ``seqjax.attention.dense``: causal attention is bottom-right aligned
 when T != S (tokamax's own ``is_causal`` is top-left, so it is used only when T == S and
 the bottom-right mask is passed as a boolean ``[1, 1, T, S]`` mask otherwise); a query row
@@ -35,8 +39,10 @@ import sys
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
 
 from seqjax.attention import masks as masks_lib
+from seqjax.attention import splash
 
 # The tokamax kernel used on each backend (``tokamax.dot_product_attention(implementation=)``).
 KERNELS = {"gpu": "triton", "tpu": "mosaic_tpu", "cpu": "xla"}
@@ -126,19 +132,36 @@ def tokamax_attention(
     )
     if valid is not None and mask is None and segment_ids is None:
         valid = valid[:1]  # the causal-only mask is the same for every example: [1, 1, T, S]
-    # tokamax combines its masks with implicit rank promotion (its [T, S] causal mask with
-    # our [B, 1, T, S] mask), which seqjax's tests forbid globally; allowed for its call only
-    # (its Triton backward, traced later by ``jax.grad``, needs JAX's default "allow" too).
-    with jax.numpy_rank_promotion("allow"):
-        out_BTHD = tokamax.dot_product_attention(
-            q,
-            k,
-            v,
-            mask=valid,
-            scale=scale,
-            is_causal=kernel_causal,
-            implementation=kernel or KERNELS[backend],
+    masks = () if valid is None else (valid,)
+    impl = kernel or KERNELS[backend]
+
+    def call(q, k, v, *masks):  # [B, T, H, D] (or this device's share under shard_map)
+        # tokamax combines its masks with implicit rank promotion (its [T, S] causal mask
+        # with our [B, 1, T, S] mask), which seqjax's tests forbid globally; allowed for its
+        # call only (its Triton backward, traced later by ``jax.grad``, needs it too).
+        with jax.numpy_rank_promotion("allow"):
+            return tokamax.dot_product_attention(
+                q,
+                k,
+                v,
+                mask=masks[0] if masks else None,
+                scale=scale,
+                is_causal=kernel_causal,
+                implementation=impl,
+            )
+
+    split = splash.mesh_split(b, q.shape[2], same_heads=True)
+    if split:  # Pallas kernels are not partitioned by XLA: one call per device's share
+        x_spec = P(split.batch, None, split.heads, None)
+        m_spec = P(split.batch if valid is not None and valid.shape[0] == b else None)
+        call = jax.shard_map(
+            call,
+            mesh=split.mesh,
+            in_specs=(x_spec,) * 3 + (m_spec,) * len(masks),
+            out_specs=x_spec,
+            check_vma=False,
         )
+    out_BTHD = call(q, k, v, *masks)
     if valid is not None:  # rows with no visible key (under every mask) are zeros
         full = valid
         if kernel_causal:
