@@ -225,3 +225,19 @@ def test_sharded_equals_unsharded_on_eight_devices():
         assert "sdy.manual_computation" in lowered or "shard_map" in lowered
         for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
             np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=1e-5)
+
+
+@pytest.mark.parametrize("platform", lib.PLATFORMS)
+def test_sharded_lowering_wraps_the_kernels_in_shard_map(_on_target, platform):
+    """On the 8-device (data, fsdp, tensor) mesh the kernels lower inside ``shard_map``
+    (XLA cannot partition a Mosaic kernel; seqjax's splash needed the same)."""
+    from seqjax.train import sharding
+
+    x = jax.ShapeDtypeStruct((4, TL, H, 64), jnp.bfloat16)
+    fn = jax.jit(_forward_and_backward(causal=True))
+    mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+    with lib.target(platform), sharding.rules_and_mesh(mesh):
+        text = fn.trace(x, x, x).lower(lowering_platforms=(platform,)).as_text()
+    assert "sdy.manual_computation" in text
+    kernel = {"tpu": "@tpu_custom_call(", "cuda": f"@{lib.TRITON}("}[platform]
+    assert text.count(kernel) == 3
