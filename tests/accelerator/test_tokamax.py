@@ -61,6 +61,7 @@ def _value_and_grad(implementation, **kwargs):
 def _assert_equal_to_reference(q, k, v, atol, **kwargs):
     (_, out), grads = _value_and_grad("tokamax", **kwargs)(q, k, v)
     (_, ref), ref_grads = _value_and_grad("reference", **kwargs)(q, k, v)
+    assert not any(np.isnan(np.asarray(g, np.float32)).any() for g in (out, *grads))
     f32 = lambda x: np.asarray(x, np.float32)  # noqa: E731
     np.testing.assert_allclose(f32(out), f32(ref), atol=atol)
     for name, g, r in zip("qkv", grads, ref_grads, strict=True):
@@ -90,6 +91,13 @@ def test_empty_rows_are_zeros():
     out = dense.dense_attention(q, k, v, implementation="tokamax", **CASES["causal_padded"])
     np.testing.assert_array_equal(np.asarray(out[1, :5]), 0.0)
     assert np.abs(np.asarray(out[1, 5:])).min(axis=-1).max() > 0
+    # an example with no visible key at all: zeros, and no NaN in any gradient
+    none_BS = jnp.zeros((B, T), bool).at[1].set(True)
+    _assert_equal_to_reference(q, k, v, 1e-5, mask=none_BS)
+    out = dense.dense_attention(q, k, v, implementation="tokamax", mask=none_BS)
+    np.testing.assert_array_equal(np.asarray(out[0]), 0.0)
+    # more queries than keys, causal: the first T - S queries see nothing
+    _assert_equal_to_reference(q, k[:, :10], v[:, :10], 1e-5, causal=True)
 
 
 def test_fewer_queries_than_keys_is_bottom_right_causal():
