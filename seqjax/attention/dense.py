@@ -21,6 +21,9 @@ Implementations (option ``implementation``), all exact and mask-identical:
   * ``"ulysses"``: all-to-all (DeepSpeed-Ulysses) attention over the ``sequence`` axis
     (sequence-sharded -> head-sharded, ``chunked`` per device, and back); needs the heads
     per device to be a multiple of the axis size.
+  * ``"tokamax"`` (opt-in): tokamax's maintained kernels (``seqjax.attention.tokamax_attention``:
+    Pallas-Triton flash attention on GPU, Mosaic splash on TPU, its XLA path on CPU; needs
+    the ``tokamax`` extra; no dropout, and no padding masks or segment ids on TPU).
   * ``"auto"`` (default): under an ambient mesh whose ``sequence`` axis has n > 1 devices
     and self-attention whose length the axis divides, ``ulysses`` when the heads divide n,
     else ``ring`` (``ring.choose``; the choice and its reason are logged once); otherwise
@@ -45,12 +48,30 @@ import logging
 import jax
 import jax.numpy as jnp
 
-from seqjax.attention import blockwise, numerics, pallas_blocks, registry, ring, splash
+from seqjax.attention import (
+    blockwise,
+    numerics,
+    pallas_blocks,
+    registry,
+    ring,
+    splash,
+    tokamax_attention,
+)
 from seqjax.attention import masks as masks_lib
 
 log = logging.getLogger(__name__)
 
-IMPLEMENTATIONS = ("auto", "reference", "chunked", "cudnn", "pallas", "splash", "ring", "ulysses")
+IMPLEMENTATIONS = (
+    "auto",
+    "reference",
+    "chunked",
+    "cudnn",
+    "pallas",
+    "splash",
+    "ring",
+    "ulysses",
+    "tokamax",
+)
 # Above this many logits per (batch, head), "auto" on CPU/TPU switches to "chunked".
 AUTO_CHUNK_THRESHOLD = 2048 * 2048
 
@@ -232,6 +253,8 @@ def dense_attention(q, k, v, *, implementation="auto", block_q=512, block_k=512,
     if implementation == "splash":
         kwargs.pop("dropout_rng", None)
         return splash.splash_attention(q, k, v, **kwargs)
+    if implementation == "tokamax":
+        return tokamax_attention.tokamax_attention(q, k, v, **kwargs)
     if implementation == "pallas":
         return pallas_attention(q, k, v, block_q=block_q, block_k=block_k, **kwargs)
     return cudnn_attention(q, k, v, **kwargs)
@@ -258,7 +281,7 @@ def causal_attention(q, k, v, **kwargs):
 
 _DOCS = {
     "dense": "full softmax attention (Vaswani et al. 2017); reference | chunked | cudnn | "
-    "pallas | splash | ring | ulysses | auto",
+    "pallas | splash | ring | ulysses | tokamax | auto",
     "causal": "dense attention with the causal mask always on (decoders)",
 }
 for _name, _fn in (("dense", dense_attention), ("causal", causal_attention)):
