@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from seqjax.data import listops, pipeline, seq2seq, store, subword
+from seqjax.data import listops, objectives, pipeline, seq2seq, store, subword
 from seqjax.data.config import (
     CLASSIFICATION_DATASETS,
     DATASETS,
@@ -55,6 +55,8 @@ class DataInfo:
       vocab_file: the SentencePiece model the batches were encoded with, else None.
       vocab_fingerprint: sha256 of `vocab_file`, else None (record it with a run).
       source_lang, target_lang: translation languages, else None.
+      mask_id: `config.data.objective='mlm'`: the [MASK] id appended past the data's own
+        vocabulary (`seqjax.data.objectives`), else None.
     """
 
     name: str
@@ -74,6 +76,7 @@ class DataInfo:
     vocab_fingerprint: str | None = None
     source_lang: str | None = None
     target_lang: str | None = None
+    mask_id: int | None = None  # objective='mlm': the [MASK] id (= the data's vocab size)
 
 
 def _is_int(x) -> bool:
@@ -145,6 +148,8 @@ def config_problems(cfg) -> list[tuple[str, object, str]]:
         bad("max_len", cfg.max_len, "None/0 (the data set's default) or a positive integer")
     if not _is_int(cfg.get("seed")) or not 0 <= cfg.seed < 2**32:
         bad("seed", cfg.get("seed"), "an integer 0 <= seed < 2**32")
+    for field, value, valid in objectives.mlm_problems(cfg):
+        bad(field, value, valid)
     if cfg.get("name") == "duplication":
         seq_len = cfg.get("seq_len")
         if _is_int(seq_len) and (seq_len % 2 or seq_len < 4):
@@ -193,6 +198,11 @@ def _tfds_split(cfg, split: str) -> str:
 def info(cfg) -> DataInfo:
     """Vocabulary, task and fingerprint of `config.data` (prepares the data set if needed)."""
     _check(cfg)
+    if cfg.get("objective") == "mlm":  # the text data set's info, [MASK] appended (task 'mlm')
+        base = info(_base_data(cfg))
+        return dataclasses.replace(
+            base, task="mlm", vocab_size=base.vocab_size + 1, mask_id=base.vocab_size
+        )
     name = cfg.name
     if name in SEQ2SEQ_DATASETS:
         return DataInfo(**seq2seq.info_fields(cfg))
@@ -354,6 +364,8 @@ def make(cfg, *, split: str, process_index: int = 0, process_count: int = 1, tra
       It has `get_state() -> dict` and `set_state(dict)`, and `num_steps` (None when endless).
     """
     _check(cfg)
+    if cfg.get("objective") == "mlm":
+        return _make_mlm(cfg, split, process_index, process_count, train)
     if split not in SPLITS:
         raise ValueError(f"split={split!r} is invalid; valid: {', '.join(SPLITS)}.")
     if not 0 <= process_index < process_count:
@@ -431,4 +443,31 @@ def make(cfg, *, split: str, process_index: int = 0, process_count: int = 1, tra
             num_steps = math.ceil(windows / B)
     return pipeline.DataIterator(
         maker, num_steps, spec, num_workers=int(cfg.num_workers), prefetch=int(cfg.prefetch)
+    )
+
+
+def _base_data(cfg):
+    """`config.data` without its objective: the text data set the objective reads."""
+    base = cfg.copy_and_resolve_references()
+    with base.unlocked():
+        base.objective = ""
+    return base
+
+
+def _make_mlm(cfg, split: str, process_index: int, process_count: int, train: bool):
+    """The base data set's batches with BERT masking (`seqjax.data.objectives`)."""
+    base_cfg = _base_data(cfg)
+    with base_cfg.unlocked():
+        base_cfg.num_workers, base_cfg.prefetch = 0, 0  # only its maker is used
+    base = make(base_cfg, split=split, process_index=process_index,
+                process_count=process_count, train=train)  # fmt: skip
+    base.close()
+    maker = base.maker
+    kind = "classification" if cfg.name in CLASSIFICATION_DATASETS else "lm"
+    n = len(maker.tokens()) if isinstance(maker, pipeline.LMEvalWindows) else 0
+    wrapped = objectives.wrap_mlm(maker, cfg, info(cfg), split=split, train=train, kind=kind,
+                                  num_tokens=n)  # fmt: skip
+    spec = {**base.spec, "objective": "mlm", "mlm_probability": float(cfg.mlm_probability)}
+    return pipeline.DataIterator(
+        wrapped, base.num_steps, spec, num_workers=int(cfg.num_workers), prefetch=int(cfg.prefetch)
     )

@@ -123,4 +123,10 @@ def default_config() -> ml_collections.ConfigDict:
     c.num_workers = 0
     # Batches prepared ahead of the training loop (grain prefetch buffer).
     c.prefetch = 4
+    # Pre-training objective over a text data set (`seqjax.data.objectives`): '' (the data set's
+    # own task) or 'mlm' (BERT masked LM on pystdlib/text_file/enwik8/text8 windows of seq_len or
+    # imdb_bytes/listops texts of max_len; task 'mlm', [MASK] id = the data's vocab size).
+    c.objective = ""
+    # objective='mlm': share of the real tokens chosen (80% [MASK] / 10% random / 10% unchanged).
+    c.mlm_probability = 0.15
     return c
