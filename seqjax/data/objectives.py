@@ -25,6 +25,7 @@ Legend: B global batch, b per-process batch, T sequence length, V data vocabular
 from __future__ import annotations
 
 import math
+
 import numpy as np
 
 from seqjax.data import pipeline
