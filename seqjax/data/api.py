@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from seqjax.data import listops, objectives, pipeline, seq2seq, store, subword
+from seqjax.data import listops, objectives, packing, pipeline, seq2seq, store, subword
 from seqjax.data.config import (
     CLASSIFICATION_DATASETS,
     DATASETS,
@@ -148,7 +148,7 @@ def config_problems(cfg) -> list[tuple[str, object, str]]:
         bad("max_len", cfg.max_len, "None/0 (the data set's default) or a positive integer")
     if not _is_int(cfg.get("seed")) or not 0 <= cfg.seed < 2**32:
         bad("seed", cfg.get("seed"), "an integer 0 <= seed < 2**32")
-    for field, value, valid in objectives.mlm_problems(cfg):
+    for field, value, valid in objectives.mlm_problems(cfg) + packing.problems(cfg):
         bad(field, value, valid)
     if cfg.get("name") == "duplication":
         seq_len = cfg.get("seq_len")
@@ -450,7 +450,7 @@ def _base_data(cfg):
     """`config.data` without its objective: the text data set the objective reads."""
     base = cfg.copy_and_resolve_references()
     with base.unlocked():
-        base.objective = ""
+        base.objective, base.packing = "", False
     return base
 
 
@@ -462,12 +462,20 @@ def _make_mlm(cfg, split: str, process_index: int, process_count: int, train: bo
     base = make(base_cfg, split=split, process_index=process_index,
                 process_count=process_count, train=train)  # fmt: skip
     base.close()
-    maker = base.maker
+    maker, num_steps = base.maker, base.num_steps
     kind = "classification" if cfg.name in CLASSIFICATION_DATASETS else "lm"
     n = len(maker.tokens()) if isinstance(maker, pipeline.LMEvalWindows) else 0
+    if cfg.get("packing"):
+        layout = (maker.global_batch, process_index, process_count)
+        maker = packing.PackedExamples(maker.source, maker.size, maker.max_len, maker.offset,
+                                       maker.seed, *layout)  # fmt: skip
+        packing.log_efficiency(maker, split)
+        num_steps = None if train else math.ceil(maker.num_rows() / maker.global_batch)
+        kind = "packed"
     wrapped = objectives.wrap_mlm(maker, cfg, info(cfg), split=split, train=train, kind=kind,
                                   num_tokens=n)  # fmt: skip
-    spec = {**base.spec, "objective": "mlm", "mlm_probability": float(cfg.mlm_probability)}
+    spec = {**base.spec, "objective": "mlm", "mlm_probability": float(cfg.mlm_probability),
+            "packing": bool(cfg.get("packing"))}  # fmt: skip
     return pipeline.DataIterator(
-        wrapped, base.num_steps, spec, num_workers=int(cfg.num_workers), prefetch=int(cfg.prefetch)
+        wrapped, num_steps, spec, num_workers=int(cfg.num_workers), prefetch=int(cfg.prefetch)
     )

@@ -129,4 +129,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.objective = ""
     # objective='mlm': share of the real tokens chosen (80% [MASK] / 10% random / 10% unchanged).
     c.mlm_probability = 0.15
+    # Pack several examples into each row (`seqjax.data.packing`: segment_ids, positions
+    # restarting per example, efficiency logged); objective='mlm' on imdb_bytes/listops.
+    c.packing = False
     return c

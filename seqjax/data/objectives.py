@@ -88,8 +88,10 @@ class MaskedLM:
     """Wraps a batch maker: its ``inputs`` (and which positions are real) get BERT masking.
 
     ``real`` says which positions of the base batch are real tokens: 'all' (LM training
-    windows), 'nonpad' (padded classification inputs; rows with weight 0 are padding), or
-    'windows' (LM evaluation windows: positions before the split's end).
+    windows), 'nonpad' (padded classification inputs; rows with weight 0 are padding),
+    'windows' (LM evaluation windows: positions before the split's end) or 'segments'
+    (packed rows, ``seqjax.data.packing``: ``segment_ids`` > 0; ``segment_ids`` and
+    ``positions`` pass through).
     """
 
     def __init__(self, base, *, real: str, seed: int, stream: int, mask_id: int, low: int,
@@ -106,15 +108,20 @@ class MaskedLM:
             real_bT = np.ones(tokens_bT.shape, bool)
         elif self.real == "nonpad":
             real_bT = (tokens_bT != 0) & (batch["weights"] > 0)[:, None]
+        elif self.real == "segments":  # packed rows (seqjax.data.packing)
+            real_bT = batch["segment_ids"] > 0
         else:  # evaluation windows [g*T, (g+1)*T) over a split of num_tokens tokens
             T = tokens_bT.shape[1]
             idx_bT = rows_b[:, None] * T + np.arange(T)
             live_b = rows_b < eval_windows(self.num_tokens, T)
             real_bT = (idx_bT < self.num_tokens) & live_b[:, None]
-        return mask_tokens(
+        out = mask_tokens(
             tokens_bT, real_bT, rows_b, seed=self.seed, stream=self.stream,
             mask_id=self.mask_id, low=self.low, high=self.mask_id, probability=self.probability,
         )  # fmt: skip
+        if self.real == "segments":
+            out.update(segment_ids=batch["segment_ids"], positions=batch["positions"])
+        return out
 
 
 def mlm_problems(cfg) -> list[tuple[str, object, str]]:
@@ -138,8 +145,8 @@ def mlm_problems(cfg) -> list[tuple[str, object, str]]:
 
 def wrap_mlm(maker, cfg, info, *, split: str, train: bool, kind: str, num_tokens: int = 0):
     """``maker`` with MLM masking; ``kind`` is 'lm' or 'classification' (the base data)."""
-    if kind == "classification":
-        real = "nonpad"
+    if kind in ("classification", "packed"):
+        real = "nonpad" if kind == "classification" else "segments"
     else:
         real = "all" if train else "windows"
     stream = 0 if train else 1 + ("train", "validation", "test").index(split)

@@ -38,8 +38,15 @@ class MaskedLanguageModel(base.Task):
             return data_api.max_len(config.data)
         return int(config.data.seq_len)
 
+    def configure(self, config):
+        """With ``config.data.packing``: the packed batches' task (``segment_ids``,
+        ``positions``)."""
+        return PACKED if config.data.get("packing") else self
+
     def validate(self, config, bad) -> None:
-        """A bidirectional encoder only: no recurrent (decoder-only) model kind."""
+        """A bidirectional encoder only (no recurrent, decoder-only, model kind); packing
+        only with mechanisms that honour segments (``seqjax.data.packing.refusal``)."""
+        from seqjax.data import packing
         from seqjax.models import memory
 
         kind = memory.kind(config)
@@ -47,6 +54,9 @@ class MaskedLanguageModel(base.Task):
             bad("model.kind", kind,
                 "'transformer' with data.objective='mlm' (masked LM needs a bidirectional "
                 "encoder; a recurrent kind is a causal decoder)")  # fmt: skip
+        refused = packing.refusal(config) if config.data.get("packing") else None
+        if refused:
+            bad("data.packing", True, refused)
 
     def model_config(self, config, info):
         from seqjax.models import from_config
@@ -68,12 +78,13 @@ class MaskedLanguageModel(base.Task):
         del memory
         rngs = {"dropout": rng} if train else {}
         tokens_BT = batch["inputs"]
-        pad = model.cfg.pad_id
-        mask_BT = None if pad is None else tokens_BT != pad
-        segment_ids = batch.get("segment_ids")
-        kwargs = {} if segment_ids is None else {"segment_ids": segment_ids}
-        out = model.apply({"params": params}, tokens_BT, mask_BT=mask_BT, rngs=rngs,
-                          deterministic=not train, **kwargs)  # fmt: skip
+        if "segment_ids" in batch:  # packed: a query sees its own example only (pads: 0)
+            kwargs = {"segment_ids": batch["segment_ids"], "positions_BT": batch["positions"]}
+        else:
+            pad = model.cfg.pad_id
+            kwargs = {"mask_BT": None if pad is None else tokens_BT != pad}
+        out = model.apply({"params": params}, tokens_BT, rngs=rngs, deterministic=not train,
+                          **kwargs)  # fmt: skip
         return out, None
 
     def eval_summary(self, sums, config) -> dict:
@@ -91,4 +102,16 @@ class MaskedLanguageModel(base.Task):
         )  # fmt: skip
 
 
+class PackedMaskedLanguageModel(MaskedLanguageModel):
+    """The masked LM on packed rows (``config.data.packing``; ``seqjax.data.packing``):
+    ``segment_ids`` (0 = padding) keep examples apart, ``positions`` restart per example."""
+
+    batch_fields = {
+        **MaskedLanguageModel.batch_fields,
+        "segment_ids": ("int32", 2),
+        "positions": ("int32", 2),
+    }
+
+
 TASK = registry.register(MaskedLanguageModel())
+PACKED = PackedMaskedLanguageModel()  # not registered: ``TASK.configure`` returns it
