@@ -7,13 +7,13 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 import seqjax.data as sd
 from seqjax import tasks
 from seqjax.data import packing
 from seqjax.models.transformer import TransformerConfig, TransformerLM, attention_cycle
-from seqjax.tasks import losses
 from seqjax.train import config_validation
 
 _LISTOPS = dict(name="listops", max_len=48, listops_train_size=64, listops_validation_size=16,
@@ -71,10 +71,16 @@ def test_packed_losses_equal_unpacked(cfg, attention):
                              attention=attention_cycle(attention, opts))  # fmt: skip
     model = TransformerLM(mcfg)
     params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 48), jnp.int32))["params"]
-    task = tasks.get("mlm").configure(_Cfg(True))
-    logits = task.apply(model, params, jax.tree.map(jnp.asarray, batch), rng=None, train=False)[0]
+
+    def token_losses(packed: bool, b):  # per-token cross-entropy x weight [B, T], one jit
+        task = tasks.get("mlm").configure(_Cfg(packed))
+        logits = task.apply(model, params, b, rng=None, train=False)[0]
+        ce = optax.softmax_cross_entropy_with_integer_labels(logits, b["targets"])
+        return ce * b["weights"]
+
+    packed_BT = np.asarray(jax.jit(lambda b: token_losses(True, b))(batch))
     # each example alone, padded with 0 at the end of its own row (positions 0..n-1)
-    rows, sums_packed = [], []
+    rows, want = [], []
     for r in range(batch["inputs"].shape[0]):
         for s in range(1, batch["segment_ids"][r].max() + 1):
             at = np.flatnonzero(batch["segment_ids"][r] == s)
@@ -82,15 +88,12 @@ def test_packed_losses_equal_unpacked(cfg, attention):
             for k in row:
                 row[k][: len(at)] = batch[k][r, at]
             rows.append(row)
-            one = losses.cross_entropy_sums(logits[r, at], batch["targets"][r, at],
-                                            batch["weights"][r, at])  # fmt: skip
-            sums_packed.append(one["loss_sum"])
-    alone = {k: jnp.asarray(np.stack([row[k] for row in rows])) for k in rows[0]}
-    plain = tasks.get("mlm").configure(_Cfg(False))
-    logits1 = plain.apply(model, params, alone, rng=None, train=False)[0]
-    for i in range(len(rows)):
-        s1 = losses.cross_entropy_sums(logits1[i], alone["targets"][i], alone["weights"][i])
-        np.testing.assert_allclose(sums_packed[i], s1["loss_sum"], rtol=1e-6, atol=1e-6)
+            want.append(packed_BT[r, at])
+    alone = {k: np.stack([row[k] for row in rows]) for k in rows[0]}
+    alone_BT = np.asarray(jax.jit(lambda b: token_losses(False, b))(alone))
+    for i, w in enumerate(want):  # the same per-token losses, so the same example sums
+        np.testing.assert_allclose(alone_BT[i, : len(w)], w, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(alone_BT[i].sum(), w.sum(), rtol=1e-6, atol=1e-6)
 
 
 class _Cfg:
