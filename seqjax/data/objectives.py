@@ -30,7 +30,10 @@ import numpy as np
 
 from seqjax.data import pipeline
 
-OBJECTIVES = ("", "mlm")
+OBJECTIVES = ("", "mlm", "span_corruption")
+# The task (seqjax.tasks) whose batches each objective makes.
+TASK_OF = {"mlm": "mlm", "span_corruption": "seq2seq"}
+LM_CORPORA = ("pystdlib", "text_file", "enwik8", "text8")
 # Salts that keep the objectives' hash streams apart from the pipelines' own (1, 2, 3).
 _SALT_CHOOSE, _SALT_ACTION, _SALT_RANDOM = 11, 12, 13
 
@@ -129,7 +132,8 @@ def mlm_problems(cfg) -> list[tuple[str, object, str]]:
     problems = []
     objective = cfg.get("objective") or ""
     if objective not in OBJECTIVES:
-        problems.append(("objective", objective, "'' (the data set's own task) or 'mlm'"))
+        problems.append(("objective", objective,
+                         "'' (the data set's own task), 'mlm' or 'span_corruption'"))  # fmt: skip
     if objective == "mlm":
         p = cfg.get("mlm_probability")
         if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0 < p < 1:
@@ -138,8 +142,23 @@ def mlm_problems(cfg) -> list[tuple[str, object, str]]:
             problems.append(("objective", objective,
                              "'' for this data set; 'mlm' needs a text data set (pystdlib, "
                              "text_file, enwik8, text8, imdb_bytes, listops)"))  # fmt: skip
-        if cfg.get("lm_batching") == "stream":
-            problems.append(("lm_batching", "stream", "'random' with objective='mlm'"))
+    if objective and cfg.get("lm_batching") == "stream":
+        problems.append(("lm_batching", "stream", f"'random' with objective={objective!r}"))
+    if objective == "span_corruption":
+        if cfg.get("name") not in LM_CORPORA:
+            problems.append(("objective", objective, "'' for this data set; 'span_corruption' "
+                             f"needs a text corpus ({', '.join(LM_CORPORA)})"))  # fmt: skip
+        if cfg.get("vocab") != "sentencepiece":
+            problems.append(("vocab", cfg.get("vocab"), "'sentencepiece' with "
+                             "objective='span_corruption' (pad 0, BOS, EOS ids; T5)"))  # fmt: skip
+        S, T = cfg.get("max_source_len"), cfg.get("max_target_len")
+        if isinstance(S, int) and S >= 8 and isinstance(T, int):
+            need = corrupted_lengths(raw_length(S))[1]
+            if T < need:
+                problems.append(("max_target_len", T, f">= {need} (the spans of a "
+                                 f"max_source_len={S} window, EOS included)"))  # fmt: skip
+        elif not isinstance(S, int) or S < 8:
+            problems.append(("max_source_len", S, "an integer >= 8"))
     return problems
 
 
@@ -172,3 +191,106 @@ def mlm_low(info) -> int:
 def eval_windows(n: int, seq_len: int) -> int:
     """LM evaluation windows of a split of ``n`` tokens (``pipeline.LMEvalWindows``)."""
     return math.ceil((n - 1) / seq_len)
+
+
+# ------------------------------------------------------------------ span corruption (T5)
+
+SPAN_NOISE, SPAN_MEAN = 0.15, 3.0  # Raffel et al. 2020, §3.1.4 / §3.3.4
+_SALT_SPANS = 14
+
+
+def span_lengths(raw_len: int, noise: float = SPAN_NOISE, mean: float = SPAN_MEAN):
+    """``(noise tokens, spans)`` of a ``raw_len``-token window (T5's rounding, >= 1 each)."""
+    n_noise = min(max(int(round(raw_len * noise)), 1), raw_len - 1)
+    n_spans = max(int(round(n_noise / mean)), 1)
+    return n_noise, n_spans
+
+
+def corrupted_lengths(raw_len: int) -> tuple[int, int]:
+    """``(source, target)`` lengths, EOS included, of a corrupted ``raw_len`` window."""
+    n_noise, n_spans = span_lengths(raw_len)
+    return raw_len - n_noise + n_spans + 1, n_noise + n_spans + 1
+
+
+def raw_length(max_source_len: int) -> int:
+    """The longest window whose corrupted source fits ``max_source_len`` (EOS included)."""
+    raw = max_source_len
+    while raw > 2 and corrupted_lengths(raw)[0] > max_source_len:
+        raw -= 1
+    while corrupted_lengths(raw + 1)[0] <= max_source_len:
+        raw += 1
+    return raw
+
+
+def _segments(n: int, k: int, keys) -> np.ndarray:
+    """Lengths of a uniformly random split of ``n`` items into ``k`` non-empty segments."""
+    if k <= 1:
+        return np.array([n], np.int64)
+    order = np.argsort(pipeline.hash_u64(*keys, np.arange(n - 1)), kind="stable")
+    cuts = np.sort(order[: k - 1] + 1)
+    return np.diff(np.concatenate([[0], cuts, [n]]))
+
+
+def corrupt_spans(tokens: np.ndarray, keys, *, sentinel0: int, eos_id: int):
+    """T5 span corruption of one window (Raffel et al. 2020, §3.1.4, Fig. 2): 15% of the
+    tokens in spans of mean length 3, each span replaced in the source by one sentinel
+    (``sentinel0``, ``sentinel0 + 1``, ...); the target lists each sentinel and its span.
+
+    Returns ``(source ids + EOS, target ids + EOS)`` (int32).
+    """
+    n = len(tokens)
+    n_noise, n_spans = span_lengths(n)
+    noise = _segments(n_noise, n_spans, (*keys, 1))
+    keep = _segments(n - n_noise, n_spans, (*keys, 2))
+    src, tgt, at = [], [], 0
+    for i in range(n_spans):  # keep, then noise: the window starts with kept text
+        src.append(tokens[at : at + keep[i]])
+        at += keep[i]
+        src.append([sentinel0 + i])
+        tgt.append([sentinel0 + i])
+        tgt.append(tokens[at : at + noise[i]])
+        at += noise[i]
+    src.append(tokens[at:])
+    src.append([eos_id])
+    tgt.append([eos_id])
+    return np.concatenate(src).astype(np.int32), np.concatenate(tgt).astype(np.int32)
+
+
+def num_sentinels(max_source_len: int) -> int:
+    """Sentinel ids appended past the vocabulary: the spans of the longest window."""
+    return span_lengths(raw_length(max_source_len))[1]
+
+
+class SpanCorruption:
+    """Wraps an LM window maker (``pipeline.LMRandomWindows`` / ``LMEvalWindows`` of
+    ``raw_length`` tokens) into seq2seq batches: ``inputs [b, S]``, ``targets [b, T]``,
+    ``weights [b, T]`` (1 on real target tokens), 0 = padding, sentinels ``V, V+1, ...``."""
+
+    def __init__(self, base, *, seed: int, stream: int, sentinel0: int, eos_id: int,
+                 source_len: int, target_len: int, num_tokens: int = 0):  # fmt: skip
+        self.base, self.seed, self.stream = base, seed, stream
+        self.sentinel0, self.eos_id = sentinel0, eos_id
+        self.source_len, self.target_len, self.num_tokens = source_len, target_len, num_tokens
+
+    def rows(self, step: int) -> np.ndarray:
+        return self.base.rows(step)
+
+    def __call__(self, step: int) -> dict[str, np.ndarray]:
+        batch = self.base(step)
+        windows = batch["inputs"]
+        rows_b = self.base.rows(step)
+        raw = windows.shape[1]
+        b = len(rows_b)
+        inputs = np.zeros((b, self.source_len), np.int32)
+        targets = np.zeros((b, self.target_len), np.int32)
+        for r, g in enumerate(rows_b.tolist()):
+            n = raw
+            if self.num_tokens:  # evaluation windows: only the split's tokens
+                n = int(np.clip(self.num_tokens - g * raw, 0, raw))
+            if n < 2:
+                continue
+            src, tgt = corrupt_spans(windows[r, :n], (self.seed, _SALT_SPANS, self.stream, g),
+                                     sentinel0=self.sentinel0, eos_id=self.eos_id)  # fmt: skip
+            inputs[r, : len(src)] = src
+            targets[r, : len(tgt)] = tgt
+        return {"inputs": inputs, "targets": targets, "weights": (targets > 0).astype(np.float32)}

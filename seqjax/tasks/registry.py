@@ -72,8 +72,11 @@ def for_data_config(data_config) -> Task | None:
     _load_builtin()
     name = data_config.get("name")
     objective = data_config.get("objective")
-    if objective and objective in _REGISTRY:  # a pre-training objective over the data set
-        return _REGISTRY[objective]
+    if objective:  # a pre-training objective over the data set (seqjax.data.objectives)
+        from seqjax.data.objectives import TASK_OF
+
+        if TASK_OF.get(objective) in _REGISTRY:
+            return _REGISTRY[TASK_OF[objective]]
     for task in _REGISTRY.values():
         if name in task.datasets:
             return task
