@@ -10,6 +10,8 @@ encoder (a pre-training head) are left unused. This is BERT's recipe (Devlin et 
 §3: "the same pre-trained model parameters are used to initialize models for different
 down-stream tasks"; a new output layer per task).
 
+Every encoder parameter of the new model must be in the checkpoint (another attention
+mechanism or model kind is "another architecture": one error naming a missing parameter).
 One exception to "same shape or an error": a token table ``encoder/embed/embedding`` with
 more rows in the checkpoint than in the model keeps its first rows, since a masked-LM
 vocabulary is the data's vocabulary with ``[MASK]`` appended (``seqjax.data.objectives``);
@@ -94,10 +96,16 @@ def plan(saved: dict, abstract_params: dict, value) -> dict:
             name = "/".join(path)
             raise _bad(value, f"has parameter {name} of shape {have}, but this model's is "
                        f"{want}; use the pre-training run's config.model sizes")  # fmt: skip
-    if not load:
-        raise _bad(value, "is a run of another architecture: none of its parameters is an "
-                   f"encoder parameter of this model (it has {len(saved)} parameters, e.g. "
-                   f"{'/'.join(next(iter(saved), ('none',)))})")  # fmt: skip
+    if not load or EMBEDDING not in saved:
+        raise _bad(value, "is a run of another architecture: it has no encoder/embed/embedding "
+                   f"(its {len(saved)} parameters include "
+                   f"{'/'.join(next(iter(sorted(saved)), ('none',)))}); init_from takes a "
+                   "masked-LM, classifier or LM run of this model")  # fmt: skip
+    missing = [p for p in sorted(target) if p[0] == PREFIX and p not in load]
+    if missing:
+        raise _bad(value, f"is a run of another architecture: it lacks this model's "
+                   f"{'/'.join(missing[0])} (and {len(missing) - 1} more encoder parameters); "
+                   "use the pre-training run's config.model.attention and sizes")  # fmt: skip
     new = [p for p in sorted(target) if p not in load]
     return {"load": load, "new": new, "unused": unused}
 

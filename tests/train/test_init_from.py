@@ -120,8 +120,13 @@ def test_bad_init_from_is_one_sentence(pretrained, tmp_path):
     assert status == 2 and message.startswith("config.init_from")
 
 
-def test_foreign_architecture(pretrained):
-    saved = {("decoder", "w"): jax.ShapeDtypeStruct((2, 2), np.float32)}
-    abstract = {"encoder": {"w": jax.ShapeDtypeStruct((2, 2), np.float32)}}
-    with pytest.raises(init_from.InitFromError, match="another architecture"):
+def test_foreign_architecture():
+    x = jax.ShapeDtypeStruct((2, 2), np.float32)
+    abstract = {"encoder": {"embed": {"embedding": x}, "block_0": {"w": x, "v": x}}}
+    # an encoder-decoder: encoder blocks, but its token table outside the encoder
+    saved = {("encoder", "block_0", "w"): x, ("embed", "embedding"): x}
+    with pytest.raises(init_from.InitFromError, match="another architecture: it has no enc"):
+        init_from.plan(saved, abstract, "x")
+    saved = {("encoder", "block_0", "w"): x, init_from.EMBEDDING: x}  # another mechanism
+    with pytest.raises(init_from.InitFromError, match="lacks this model's encoder/block_0/v"):
         init_from.plan(saved, abstract, "x")
