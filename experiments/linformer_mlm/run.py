@@ -79,8 +79,11 @@ def main(argv=None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     ks = [int(k) for k in args.ks.split(",")]
     runs = {"dense": {}} | {f"k{k}": _lin(k, "headwise", args.n) for k in ks}
-    runs |= {f"k{args.sharing_k}_{s}": _lin(args.sharing_k, s, args.n) for s in SHARING}
-    transfer = ["dense", f"k{args.sharing_k}_headwise"] if f"k{args.sharing_k}" in runs else []
+    for s in SHARING:  # headwise at sharing_k is already the Fig. 3 (a) run when k is in ks
+        if not (s == "headwise" and args.sharing_k in ks):
+            runs[f"k{args.sharing_k}_{s}"] = _lin(args.sharing_k, s, args.n)
+    lin = f"k{args.sharing_k}" if args.sharing_k in ks else f"k{args.sharing_k}_headwise"
+    transfer = ["dense", lin]
     if args.smoke:
         runs = {"dense": {}, f"k{ks[0]}": _lin(ks[0], "headwise", args.n)}
         transfer = list(runs)
