@@ -49,10 +49,17 @@ def _job(workdir: Path, variant: str, steps: int, args, extra: dict) -> dict:
     if proc.returncode:
         raise RuntimeError(f"{' '.join(cmd)}\n{proc.stderr[-3000:]}")
     records = [json.loads(x) for x in (workdir / "metrics.jsonl").read_text().splitlines()]
-    return {
-        "command": " ".join(cmd),
-        "eval": [r for r in records if any(k.startswith("validation/") for k in r)],
-    }
+    evals = [r for r in records if any(k.startswith("validation/") for k in r)]
+    # the loop validates before the last step only: evaluate the final checkpoint the same way
+    last = [sys.executable, "-m", "seqjax.evaluate", f"--workdir={workdir}", "--split=validation",
+            f"--max_batches={args.eval_batches}"]  # fmt: skip
+    proc = subprocess.run(last, cwd=REPO, env=env, capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(last)}\n{proc.stderr[-3000:]}")
+    final = json.loads(proc.stdout.strip().splitlines()[-1])
+    evals.append({"step": final["step"], **{f"validation/{k}": v for k, v in final.items()
+                                            if isinstance(v, int | float) and k != "step"}})  # fmt: skip
+    return {"command": " ".join(cmd), "eval": evals}
 
 
 def _lin(k: int, sharing: str, n: int) -> dict:
