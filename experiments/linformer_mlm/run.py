@@ -57,8 +57,8 @@ def _job(workdir: Path, variant: str, steps: int, args, extra: dict) -> dict:
     if proc.returncode:
         raise RuntimeError(f"{' '.join(last)}\n{proc.stderr[-3000:]}")
     final = json.loads(proc.stdout.strip().splitlines()[-1])
-    evals.append({"step": final["step"], **{f"validation/{k}": v for k, v in final.items()
-                                            if isinstance(v, int | float) and k != "step"}})  # fmt: skip
+    numbers = {k: v for k, v in final.items() if isinstance(v, int | float) and k != "step"}
+    evals.append({"step": final["step"], **{f"validation/{k}": v for k, v in numbers.items()}})
     return {"command": " ".join(cmd), "eval": evals}
 
 
