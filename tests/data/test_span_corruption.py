@@ -75,3 +75,28 @@ def test_span_corruption_batches(tmp_path):
     assert ev["weights"].sum() > 0
     cfg.max_target_len = 4
     assert [f for f, _, _ in data_api.config_problems(cfg)] == ["max_target_len"]
+
+
+@pytest.mark.slow
+def test_span_corruption_trains_the_encoder_decoder(tmp_path):
+    """Two steps of the encoder-decoder on span-corrupted text, then the validation loss."""
+    from seqjax.configs import common
+    from seqjax.train import loop
+    from tests.conftest import REPO
+
+    config = common.load_file(REPO / "configs" / "translation.py").get_config("smoke")
+    d = config.data
+    d.update(name="text_file", path=str(REPO.parent / "shared/data/tinyshakespeare/input.txt"),
+             vocab="sentencepiece", vocab_size=400, spm_input_sentence_size=2000,
+             data_dir=str(tmp_path / "tfds"), batch_size=4, max_source_len=32,
+             max_target_len=16, objective="span_corruption")  # fmt: skip
+    if not (REPO.parent / "shared/data/tinyshakespeare/input.txt").exists():
+        pytest.skip("shared data missing")
+    config.model.max_len = 32
+    config.eval.decode_metrics = False
+    config.mesh.data = 1
+    config.train.update(num_steps=2, eval_every=0, checkpoint_every=0, final_eval=True,
+                        sample_length=0)  # fmt: skip
+    config.optimizer.warmup_steps = 1
+    result = loop.train_and_evaluate(config, str(tmp_path / "run"))
+    assert np.isfinite(result["test"]["loss"]) and result["test"]["count"] > 0
