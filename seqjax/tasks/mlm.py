@@ -54,6 +54,11 @@ class MaskedLanguageModel(base.Task):
             bad("model.kind", kind,
                 "'transformer' with data.objective='mlm' (masked LM needs a bidirectional "
                 "encoder; a recurrent kind is a causal decoder)")  # fmt: skip
+        names = [n.strip() for n in str(config.model.attention).split(",") if n.strip()]
+        if "causal" in names:
+            bad("model.attention", config.model.attention,
+                "bidirectional mechanisms with data.objective='mlm' ('causal' always hides "
+                "the right context a masked token is predicted from)")  # fmt: skip
         refused = packing.refusal(config) if config.data.get("packing") else None
         if refused:
             bad("data.packing", True, refused)

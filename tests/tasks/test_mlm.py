@@ -120,6 +120,9 @@ def test_mlm_rejects_causal_kind_and_bad_objective(text_cfg, tmp_path):
     config = _config(text_cfg, tmp_path, **{"model.kind": "transformer_xl"})
     with pytest.raises(config_validation.ConfigError, match=r"config\.model\.kind"):
         config_validation.validate(config)
+    config = _config(text_cfg, tmp_path, **{"model.attention": "causal"})
+    with pytest.raises(config_validation.ConfigError, match=r"config\.model\.attention='causal'"):
+        config_validation.validate(config)
     config = _config(text_cfg, tmp_path)
     config.data.objective = "bert"
     with pytest.raises(config_validation.ConfigError, match=r"config\.data\.objective='bert'"):
