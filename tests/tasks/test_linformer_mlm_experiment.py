@@ -19,7 +19,8 @@ def test_study_smoke(tmp_path):
     spec.loader.exec_module(run)
     run.main(["--out", str(tmp_path), "--smoke", "--n", "32", "--ks", "16",
               "--pretrain_steps", "2", "--finetune_steps", "2", "--eval_every", "2",
-              "--eval_batches", "1", "--batch_size", "4"])  # fmt: skip
+              "--eval_batches", "1", "--batch_size", "4",
+              "--finetune_eval_batches", "1"])  # fmt: skip
     result = json.loads((tmp_path / "results.json").read_text())
     assert set(result["pretrain"]) == {"dense", "k16"}
     assert all(r["eval"] for r in result["pretrain"].values())
