@@ -199,12 +199,12 @@ def info(cfg) -> DataInfo:
     """Vocabulary, task and fingerprint of `config.data` (prepares the data set if needed)."""
     _check(cfg)
     if cfg.get("objective") == "mlm":  # the text data set's info, [MASK] appended (task 'mlm')
-        base = info(_base_data(cfg))
+        base = info(objectives.base_data(cfg))
         return dataclasses.replace(
             base, task="mlm", vocab_size=base.vocab_size + 1, mask_id=base.vocab_size
         )
     if cfg.get("objective") == "span_corruption":  # T5: seq2seq batches, sentinels appended
-        return _span_info(cfg)
+        return objectives.span_info(cfg)
     name = cfg.name
     if name in SEQ2SEQ_DATASETS:
         return DataInfo(**seq2seq.info_fields(cfg))
@@ -367,9 +367,9 @@ def make(cfg, *, split: str, process_index: int = 0, process_count: int = 1, tra
     """
     _check(cfg)
     if cfg.get("objective") == "mlm":
-        return _make_mlm(cfg, split, process_index, process_count, train)
+        return objectives.make_mlm(cfg, split, process_index, process_count, train)
     if cfg.get("objective") == "span_corruption":
-        return _make_spans(cfg, split, process_index, process_count, train)
+        return objectives.make_spans(cfg, split, process_index, process_count, train)
     if split not in SPLITS:
         raise ValueError(f"split={split!r} is invalid; valid: {', '.join(SPLITS)}.")
     if not 0 <= process_index < process_count:
@@ -447,87 +447,4 @@ def make(cfg, *, split: str, process_index: int = 0, process_count: int = 1, tra
             num_steps = math.ceil(windows / B)
     return pipeline.DataIterator(
         maker, num_steps, spec, num_workers=int(cfg.num_workers), prefetch=int(cfg.prefetch)
-    )
-
-
-def _base_data(cfg):
-    """`config.data` without its objective: the text data set the objective reads."""
-    base = cfg.copy_and_resolve_references()
-    with base.unlocked():
-        base.objective, base.packing = "", False
-        if cfg.get("objective") == "span_corruption":  # windows of the raw (uncorrupted) length
-            base.seq_len = objectives.raw_length(int(cfg.max_source_len))
-    return base
-
-
-def _make_mlm(cfg, split: str, process_index: int, process_count: int, train: bool):
-    """The base data set's batches with BERT masking (`seqjax.data.objectives`)."""
-    base_cfg = _base_data(cfg)
-    with base_cfg.unlocked():
-        base_cfg.num_workers, base_cfg.prefetch = 0, 0  # only its maker is used
-    base = make(base_cfg, split=split, process_index=process_index,
-                process_count=process_count, train=train)  # fmt: skip
-    base.close()
-    maker, num_steps = base.maker, base.num_steps
-    kind = "classification" if cfg.name in CLASSIFICATION_DATASETS else "lm"
-    n = len(maker.tokens()) if isinstance(maker, pipeline.LMEvalWindows) else 0
-    if cfg.get("packing"):
-        layout = (maker.global_batch, process_index, process_count)
-        maker = packing.PackedExamples(maker.source, maker.size, maker.max_len, maker.offset,
-                                       maker.seed, *layout)  # fmt: skip
-        packing.log_efficiency(maker, split)
-        num_steps = None if train else math.ceil(maker.num_rows() / maker.global_batch)
-        kind = "packed"
-    wrapped = objectives.wrap_mlm(maker, cfg, info(cfg), split=split, train=train, kind=kind,
-                                  num_tokens=n)  # fmt: skip
-    spec = {**base.spec, "objective": "mlm", "mlm_probability": float(cfg.mlm_probability),
-            "packing": bool(cfg.get("packing"))}  # fmt: skip
-    return pipeline.DataIterator(
-        wrapped, num_steps, spec, num_workers=int(cfg.num_workers), prefetch=int(cfg.prefetch)
-    )
-
-
-def _span_info(cfg) -> DataInfo:
-    """The corpus's SentencePiece info as seq2seq data with T5 sentinels past its vocabulary."""
-    base = info(_base_data(cfg))
-    V, K = base.vocab_size, objectives.num_sentinels(int(cfg.max_source_len))
-
-    def decode(ids):
-        ids = np.asarray(ids).reshape(-1)
-        parts, run = [], []
-        for i in ids.tolist():
-            if i >= V:
-                parts.append(base.decode(np.array(run, np.int32)) + f"<extra_id_{i - V}>")
-                run = []
-            else:
-                run.append(i)
-        return "".join(parts) + base.decode(np.array(run, np.int32))
-
-    return dataclasses.replace(
-        base, task="seq2seq", vocab_size=V + K, seq_len=int(cfg.max_source_len),
-        target_len=int(cfg.max_target_len), pad_id=subword.PAD_ID, decode=decode,
-    )  # fmt: skip
-
-
-def _make_spans(cfg, split: str, process_index: int, process_count: int, train: bool):
-    """The corpus's windows, T5 span-corrupted into seq2seq batches (`objectives`)."""
-    base_cfg = _base_data(cfg)
-    with base_cfg.unlocked():
-        base_cfg.num_workers, base_cfg.prefetch = 0, 0  # only its maker is used
-    base = make(base_cfg, split=split, process_index=process_index,
-                process_count=process_count, train=train)  # fmt: skip
-    base.close()
-    maker = base.maker
-    n = len(maker.tokens()) if isinstance(maker, pipeline.LMEvalWindows) else 0
-    inf = info(cfg)
-    wrapped = objectives.SpanCorruption(
-        maker, seed=int(cfg.seed), stream=0 if train else 1 + SPLITS.index(split),
-        sentinel0=inf.vocab_size - objectives.num_sentinels(int(cfg.max_source_len)),
-        eos_id=subword.EOS_ID, source_len=int(cfg.max_source_len),
-        target_len=int(cfg.max_target_len), num_tokens=n,
-    )  # fmt: skip
-    spec = {**base.spec, "objective": "span_corruption", "max_source_len": int(cfg.max_source_len),
-            "max_target_len": int(cfg.max_target_len)}  # fmt: skip
-    return pipeline.DataIterator(
-        wrapped, base.num_steps, spec, num_workers=int(cfg.num_workers), prefetch=int(cfg.prefetch)
     )

@@ -24,11 +24,12 @@ Legend: B global batch, b per-process batch, T sequence length, V data vocabular
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 
-from seqjax.data import pipeline
+from seqjax.data import packing, pipeline, subword
 
 OBJECTIVES = ("", "mlm", "span_corruption")
 # The task (seqjax.tasks) whose batches each objective makes.
@@ -294,3 +295,105 @@ class SpanCorruption:
             inputs[r, : len(src)] = src
             targets[r, : len(tgt)] = tgt
         return {"inputs": inputs, "targets": targets, "weights": (targets > 0).astype(np.float32)}
+
+
+# ------------------------------------ the objectives' DataInfo and iterators (`api` calls)
+
+
+def base_data(cfg):
+    """`config.data` without its objective: the text data set the objective reads."""
+    base = cfg.copy_and_resolve_references()
+    with base.unlocked():
+        base.objective, base.packing = "", False
+        if cfg.get("objective") == "span_corruption":  # windows of the raw (uncorrupted) length
+            base.seq_len = raw_length(int(cfg.max_source_len))
+    return base
+
+
+def make_mlm(cfg, split: str, process_index: int, process_count: int, train: bool):
+    """The base data set's batches with BERT masking (`api.make` with objective='mlm')."""
+    from seqjax.data import api
+
+    base_cfg = base_data(cfg)
+    with base_cfg.unlocked():
+        base_cfg.num_workers, base_cfg.prefetch = 0, 0  # only its maker is used
+    base = api.make(
+        base_cfg,
+        split=split,
+        process_index=process_index,
+        process_count=process_count,
+        train=train,
+    )
+    base.close()
+    maker, num_steps = base.maker, base.num_steps
+    kind = "classification" if cfg.name in api.CLASSIFICATION_DATASETS else "lm"
+    n = len(maker.tokens()) if isinstance(maker, pipeline.LMEvalWindows) else 0
+    if cfg.get("packing"):
+        layout = (maker.global_batch, process_index, process_count)
+        maker = packing.PackedExamples(maker.source, maker.size, maker.max_len, maker.offset,
+                                       maker.seed, *layout)  # fmt: skip
+        packing.log_efficiency(maker, split)
+        num_steps = None if train else math.ceil(maker.num_rows() / maker.global_batch)
+        kind = "packed"
+    wrapped = wrap_mlm(maker, cfg, api.info(cfg), split=split, train=train, kind=kind,
+                       num_tokens=n)  # fmt: skip
+    spec = {**base.spec, "objective": "mlm", "mlm_probability": float(cfg.mlm_probability),
+            "packing": bool(cfg.get("packing"))}  # fmt: skip
+    return pipeline.DataIterator(
+        wrapped, num_steps, spec, num_workers=int(cfg.num_workers), prefetch=int(cfg.prefetch)
+    )
+
+
+def span_info(cfg):
+    """The corpus's SentencePiece info as seq2seq data with T5 sentinels past its vocabulary."""
+    from seqjax.data import api
+
+    base = api.info(base_data(cfg))
+    V, K = base.vocab_size, num_sentinels(int(cfg.max_source_len))
+
+    def decode(ids):
+        ids = np.asarray(ids).reshape(-1)
+        parts, run = [], []
+        for i in ids.tolist():
+            if i >= V:
+                parts.append(base.decode(np.array(run, np.int32)) + f"<extra_id_{i - V}>")
+                run = []
+            else:
+                run.append(i)
+        return "".join(parts) + base.decode(np.array(run, np.int32))
+
+    return dataclasses.replace(
+        base, task="seq2seq", vocab_size=V + K, seq_len=int(cfg.max_source_len),
+        target_len=int(cfg.max_target_len), pad_id=subword.PAD_ID, decode=decode,
+    )  # fmt: skip
+
+
+def make_spans(cfg, split: str, process_index: int, process_count: int, train: bool):
+    """The corpus's windows, T5 span-corrupted into seq2seq batches (`api.make`)."""
+    from seqjax.data import api
+
+    base_cfg = base_data(cfg)
+    with base_cfg.unlocked():
+        base_cfg.num_workers, base_cfg.prefetch = 0, 0  # only its maker is used
+    base = api.make(
+        base_cfg,
+        split=split,
+        process_index=process_index,
+        process_count=process_count,
+        train=train,
+    )
+    base.close()
+    maker = base.maker
+    n = len(maker.tokens()) if isinstance(maker, pipeline.LMEvalWindows) else 0
+    inf = api.info(cfg)
+    wrapped = SpanCorruption(
+        maker, seed=int(cfg.seed), stream=0 if train else 1 + api.SPLITS.index(split),
+        sentinel0=inf.vocab_size - num_sentinels(int(cfg.max_source_len)),
+        eos_id=subword.EOS_ID, source_len=int(cfg.max_source_len),
+        target_len=int(cfg.max_target_len), num_tokens=n,
+    )  # fmt: skip
+    spec = {**base.spec, "objective": "span_corruption", "max_source_len": int(cfg.max_source_len),
+            "max_target_len": int(cfg.max_target_len)}  # fmt: skip
+    return pipeline.DataIterator(
+        wrapped, base.num_steps, spec, num_workers=int(cfg.num_workers), prefetch=int(cfg.prefetch)
+    )
