@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from seqjax.data import listops, pipeline, seq2seq, store, subword
+from seqjax.data import listops, objectives, packing, pipeline, seq2seq, store, subword
 from seqjax.data.config import (
     CLASSIFICATION_DATASETS,
     DATASETS,
@@ -55,6 +55,8 @@ class DataInfo:
       vocab_file: the SentencePiece model the batches were encoded with, else None.
       vocab_fingerprint: sha256 of `vocab_file`, else None (record it with a run).
       source_lang, target_lang: translation languages, else None.
+      mask_id: `config.data.objective='mlm'`: the [MASK] id appended past the data's own
+        vocabulary (`seqjax.data.objectives`), else None.
     """
 
     name: str
@@ -74,6 +76,7 @@ class DataInfo:
     vocab_fingerprint: str | None = None
     source_lang: str | None = None
     target_lang: str | None = None
+    mask_id: int | None = None  # objective='mlm': the [MASK] id (= the data's vocab size)
 
 
 def _is_int(x) -> bool:
@@ -145,6 +148,8 @@ def config_problems(cfg) -> list[tuple[str, object, str]]:
         bad("max_len", cfg.max_len, "None/0 (the data set's default) or a positive integer")
     if not _is_int(cfg.get("seed")) or not 0 <= cfg.seed < 2**32:
         bad("seed", cfg.get("seed"), "an integer 0 <= seed < 2**32")
+    for field, value, valid in objectives.mlm_problems(cfg) + packing.problems(cfg):
+        bad(field, value, valid)
     if cfg.get("name") == "duplication":
         seq_len = cfg.get("seq_len")
         if _is_int(seq_len) and (seq_len % 2 or seq_len < 4):
@@ -193,6 +198,13 @@ def _tfds_split(cfg, split: str) -> str:
 def info(cfg) -> DataInfo:
     """Vocabulary, task and fingerprint of `config.data` (prepares the data set if needed)."""
     _check(cfg)
+    if cfg.get("objective") == "mlm":  # the text data set's info, [MASK] appended (task 'mlm')
+        base = info(objectives.base_data(cfg))
+        return dataclasses.replace(
+            base, task="mlm", vocab_size=base.vocab_size + 1, mask_id=base.vocab_size
+        )
+    if cfg.get("objective") == "span_corruption":  # T5: seq2seq batches, sentinels appended
+        return objectives.span_info(cfg)
     name = cfg.name
     if name in SEQ2SEQ_DATASETS:
         return DataInfo(**seq2seq.info_fields(cfg))
@@ -354,6 +366,10 @@ def make(cfg, *, split: str, process_index: int = 0, process_count: int = 1, tra
       It has `get_state() -> dict` and `set_state(dict)`, and `num_steps` (None when endless).
     """
     _check(cfg)
+    if cfg.get("objective") == "mlm":
+        return objectives.make_mlm(cfg, split, process_index, process_count, train)
+    if cfg.get("objective") == "span_corruption":
+        return objectives.make_spans(cfg, split, process_index, process_count, train)
     if split not in SPLITS:
         raise ValueError(f"split={split!r} is invalid; valid: {', '.join(SPLITS)}.")
     if not 0 <= process_index < process_count:

@@ -123,4 +123,15 @@ def default_config() -> ml_collections.ConfigDict:
     c.num_workers = 0
     # Batches prepared ahead of the training loop (grain prefetch buffer).
     c.prefetch = 4
+    # Pre-training objective over a text data set (`seqjax.data.objectives`): '' (the data set's
+    # own task), 'mlm' (BERT masked LM on pystdlib/text_file/enwik8/text8 windows of seq_len or
+    # imdb_bytes/listops texts of max_len; task 'mlm', [MASK] id = the data's vocab size) or
+    # 'span_corruption' (T5 on a corpus with vocab='sentencepiece': seq2seq batches of
+    # max_source_len/max_target_len, sentinel ids past the vocabulary).
+    c.objective = ""
+    # objective='mlm': share of the real tokens chosen (80% [MASK] / 10% random / 10% unchanged).
+    c.mlm_probability = 0.15
+    # Pack several examples into each row (`seqjax.data.packing`: segment_ids, positions
+    # restarting per example, efficiency logged); objective='mlm' on imdb_bytes/listops.
+    c.packing = False
     return c

@@ -250,6 +250,11 @@ class DataIterator:
             ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=self._num_workers))
         return iter(ds)
 
+    @property
+    def maker(self) -> _Maker:
+        """The batch maker (element s = this process's batch of step s)."""
+        return self._maker
+
     def __iter__(self):
         return self
 

@@ -17,6 +17,7 @@ from seqjax.tasks.base import Task
 _REGISTRY: dict[str, Task] = {}
 # The tasks that ship with seqjax, imported on first use (each module registers itself).
 BUILTIN = ("seqjax.tasks.lm", "seqjax.tasks.classification", "seqjax.tasks.seq2seq")
+BUILTIN += ("seqjax.tasks.mlm",)
 
 
 def _load_builtin() -> None:
@@ -70,6 +71,12 @@ def for_data_config(data_config) -> Task | None:
     (the data's own checks report an unknown name)."""
     _load_builtin()
     name = data_config.get("name")
+    objective = data_config.get("objective")
+    if objective:  # a pre-training objective over the data set (seqjax.data.objectives)
+        from seqjax.data.objectives import TASK_OF
+
+        if TASK_OF.get(objective) in _REGISTRY:
+            return _REGISTRY[TASK_OF[objective]]
     for task in _REGISTRY.values():
         if name in task.datasets:
             return task

@@ -196,6 +196,10 @@ def validate(config, *, num_devices: int | None = None, process_count: int | Non
         errors.append(str(e))
     if task is not None:
         task.validate(config, bad)  # what the data's task needs (LM: the sample length)
+    if d.get("objective") == "span_corruption" and (config.get("eval") or {}).get(
+        "decode_metrics", True
+    ):  # span-corrupted text has no reference translations to score
+        bad("eval.decode_metrics", True, "False with data.objective='span_corruption'")
 
     # ---- model kind (Transformer-XL)
     _validate_kind(config, bad)

@@ -156,6 +156,9 @@ def base(data: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     """A full job config around a ``config.data`` block."""
     c = ml_collections.ConfigDict()
     c.seed = 0  # parameter initialization and dropout
+    # Pre-train -> fine-tune: a workdir (its newest checkpoint) or a checkpoint folder whose
+    # encoder parameters initialise this model (seqjax.train.init_from); None = from scratch.
+    c.init_from = config_dict.placeholder(str)
     c.data = data
     c.model = model()
     c.optimizer = optimizer()

@@ -141,6 +141,10 @@ def _restore_or_init(run, ckpt, train_iter, workdir):
     """The newest complete checkpoint (skipping damaged ones), else a new state."""
     latest, state, data_state = ckpt.restore_newest(run.abstract)
     if latest is None:
+        if run.config.get("init_from"):  # pre-train -> fine-tune: graft a checkpoint's encoder
+            from seqjax.train import init_from
+
+            return init_from.apply(run, run.config.init_from, workdir), None
         logging.info("starting from scratch in %s", workdir)
         return run.init(), None
     train_iter.set_state(_data_state_for_this_process(data_state))

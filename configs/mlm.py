@@ -1,0 +1,108 @@
+"""Masked-LM pre-training of a bidirectional encoder and its fine-tuning (Devlin et al. 2019;
+Linformer, Wang et al. 2020 §5: masked-LM perplexity against k and sharing, Fig. 3; IMDB
+fine-tuning, Table 2), on the IMDB reviews' bytes.
+
+    python -m seqjax.main --config configs/mlm.py:smoke --workdir /tmp/mlm_smoke
+    python -m seqjax.main --config configs/mlm.py:attention=linformer,k=128,smoke \\
+        --workdir /tmp/mlm_lin
+    python -m seqjax.main --config configs/mlm.py:finetune,smoke --workdir /tmp/ft \\
+        --config.init_from=/tmp/mlm_smoke
+    python -m seqjax.main --config configs/mlm.py:paper --workdir /tmp/mlm_paper
+
+Pre-training (default): ``data.objective='mlm'`` (BERT's 15% / 80-10-10 masking,
+``seqjax.data.objectives``) over the reviews' text (``imdb_bytes``: bytes + 1, 0 = pad,
+[MASK] = 257), n = 512 bytes per review, reviews packed several to a row
+(``data.packing``; not with Linformer, whose projection mixes the row's examples: then one
+review per padded row). Evaluation: masked-LM perplexity and accuracy on the masked bytes.
+``finetune``: the IMDB sentiment classifier of the same encoder (mean pooling), started
+from ``config.init_from`` (a pre-training workdir; ``seqjax.train.init_from``) or from
+scratch when it is None.
+
+Variants (``:arg``, comma-separated): ``attention=dense|linformer``, ``k=64|128|256``,
+``sharing=none|headwise|kv|layerwise`` (Linformer §4), ``finetune``, ``smoke`` (a CPU size:
+2 layers x 64 wide, n = 256, minutes on 2 cores), ``paper`` (RoBERTa-base-like sizes of
+Linformer §5: 12 layers, 12 heads, width 768, n = 512; for accelerators, untested here).
+``sweep()`` lists Fig. 3 (a) and (c): dense and k in {64, 128, 256}, then the four sharing
+modes at k = 128. Other fields: ``seqjax/train/defaults.py``, ``seqjax/data/config.py``.
+"""
+
+import ml_collections
+
+from seqjax import data
+from seqjax.attention import linformer
+from seqjax.configs import common
+from seqjax.train import defaults
+
+KS = (64, 128, 256)
+
+
+def parse_arg(arg: str | None) -> dict:
+    return common.parse_args(
+        arg,
+        "configs/mlm.py",
+        flags=("smoke", "paper", "finetune"),
+        options={"attention": ("dense", "linformer"), "k": KS, "sharing": linformer.SHARING},
+        defaults={"attention": "dense", "k": 128, "sharing": "headwise"},
+    )
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    a = parse_arg(arg)
+    n = 256 if a["smoke"] else 512  # bytes per review (Linformer §5: n = 512)
+    d = data.default_config()
+    d.name = "imdb_bytes"  # IMDB reviews as bytes + 1 (0 = pad); [MASK] = 257 when pre-training
+    d.max_len = n
+    d.batch_size = 16 if a["smoke"] else 64
+    if d.manual_dir is None:  # the offline copy beside the repository
+        d.manual_dir = "../shared/data/imdb"
+    if not a["finetune"]:
+        d.objective = "mlm"  # BERT masking, 15% of the real bytes
+        d.packing = a["attention"] != "linformer"  # Linformer cannot honour segments
+    c = defaults.base(d)
+    c.init_from = None  # finetune: a pre-training workdir (seqjax.train.init_from)
+
+    m = c.model
+    m.attention = a["attention"]
+    m.max_len = n
+    m.attention_options = ml_collections.ConfigDict(
+        {"linformer": {"k": min(a["k"], n), "max_len": n, "sharing": a["sharing"]}}
+    )  # Linformer's projected length k (E, F: [k, n]) and parameter sharing (§4)
+    m.num_layers, m.num_heads, m.d_model = 4, 4, 256
+    m.dropout_rate = m.attention_dropout_rate = 0.1
+    m.pooling = "mean"  # the fine-tuned classifier pools the encoder's outputs
+    if a["paper"]:  # RoBERTa-base-like (Linformer §5)
+        m.num_layers, m.num_heads, m.d_model = 12, 12, 768
+        d.batch_size = 256
+    if a["smoke"]:
+        m.num_layers, m.num_heads, m.d_model = 2, 2, 64
+        m.dropout_rate = m.attention_dropout_rate = 0.0
+
+    o = c.optimizer
+    o.learning_rate = 1e-3 if a["smoke"] else 5e-4  # peak (RoBERTa base: 6e-4)
+    o.warmup_steps = 20 if a["smoke"] else 2000
+    o.b2 = 0.98  # RoBERTa §3.1
+    o.weight_decay = 0.01
+
+    t = c.train
+    t.num_steps = 200 if a["smoke"] else 100_000
+    t.eval_every = 50 if a["smoke"] else 2000
+    t.eval_max_batches = 10 if a["smoke"] else 50
+    t.checkpoint_every = 100 if a["smoke"] else 2000
+    t.sample_length = 0  # an encoder: no text sample
+    return c
+
+
+def sweep():
+    """Linformer Fig. 3 (a): dense and k in {64, 128, 256}; (c): the sharing modes at k = 128."""
+    fig_a = [{"config.model.attention": "dense"}] + [
+        {"config.model.attention": "linformer", "config.data.packing": False,
+         "config.model.attention_options.linformer.k": k}
+        for k in KS
+    ]  # fmt: skip
+    fig_c = [
+        {"config.model.attention": "linformer", "config.data.packing": False,
+         "config.model.attention_options.linformer.k": 128,
+         "config.model.attention_options.linformer.sharing": s}
+        for s in linformer.SHARING
+    ]  # fmt: skip
+    return fig_a + fig_c

@@ -1,0 +1,399 @@
+"""Pre-training objectives over the text data sets: BERT's masked LM (``config.data.objective
+= 'mlm'``).
+
+Masked LM (Devlin et al. 2019, §3.1 "Task #1" and Appendix A.1): of every sequence's real
+tokens, each is *chosen* with probability ``mlm_probability`` (15%); a chosen token is
+replaced by ``[MASK]`` with probability 0.8, by a uniformly random token with probability
+0.1, and left unchanged otherwise. The loss counts only the chosen positions: ``weights``
+is 1 there and 0 elsewhere; ``targets`` holds the original tokens.
+
+The ``[MASK]`` id is appended past the data's own vocabulary, so every vocabulary has one and
+no existing id moves: ``mask_id = V`` and the model's vocabulary is ``V + 1`` (bytes: 256;
+chars: the training split's characters (+ <unk>); sentencepiece: ``data.vocab_size``; LRA
+Text ``imdb_bytes``: 257 (0 pad, byte + 1); ListOps: its 16 symbols). Random replacements are
+drawn from the data's ordinary ids ``[low, V)`` (``low``: 1 past the pad id 0 of padded
+data, 4 past SentencePiece's pad/unk/BOS/EOS), never ``[MASK]`` or padding.
+
+Every choice is a counter-based hash of ``(data.seed, global row, position)``
+(``pipeline.hash_u64``), like every other batch: the same seed gives the same masks, and a
+resumed run's grain iterator state restores the exact next masked batch. Evaluation masks
+are fixed per split (the same positions at every evaluation).
+
+Legend: B global batch, b per-process batch, T sequence length, V data vocabulary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from seqjax.data import packing, pipeline, subword
+
+OBJECTIVES = ("", "mlm", "span_corruption")
+# The task (seqjax.tasks) whose batches each objective makes.
+TASK_OF = {"mlm": "mlm", "span_corruption": "seq2seq"}
+LM_CORPORA = ("pystdlib", "text_file", "enwik8", "text8")
+# Salts that keep the objectives' hash streams apart from the pipelines' own (1, 2, 3).
+_SALT_CHOOSE, _SALT_ACTION, _SALT_RANDOM = 11, 12, 13
+
+
+def mask_tokens(
+    tokens_bT: np.ndarray,
+    real_bT: np.ndarray,
+    rows_b: np.ndarray,
+    *,
+    seed: int,
+    stream: int,
+    mask_id: int,
+    low: int,
+    high: int,
+    probability: float = 0.15,
+) -> dict[str, np.ndarray]:
+    """BERT masking of ``tokens_bT`` (Devlin et al. 2019, §3.1): 80% [MASK] / 10% random /
+    10% unchanged of the chosen ``probability`` share of the real positions.
+
+    Args:
+      tokens_bT: int ids ``[b, T]``.
+      real_bT: bool ``[b, T]``, True where a token may be chosen (not padding).
+      rows_b: the global row ids of the rows (the hash keys with ``seed`` and ``stream``).
+      seed, stream: hash keys (``stream`` separates training from each evaluation split).
+      mask_id: the [MASK] id; low, high: random replacements are uniform in ``[low, high)``.
+      probability: the share of real tokens chosen.
+
+    Returns:
+      ``{'inputs': int32 [b, T], 'targets': int32 [b, T] (the original tokens),
+      'weights': float32 [b, T] (1 at the chosen positions)}``.
+    """
+    pos_T = np.arange(tokens_bT.shape[1], dtype=np.int64)
+    keys = (seed, stream, rows_b[:, None], pos_T[None, :])
+    unit = 1.0 / float(2**53)
+
+    def uniform(salt):  # [b, T] floats in [0, 1) from the top 53 bits of the hash
+        return (pipeline.hash_u64(salt, *keys) >> np.uint64(11)).astype(np.float64) * unit
+
+    chosen = (uniform(_SALT_CHOOSE) < probability) & real_bT
+    action = uniform(_SALT_ACTION)
+    rand = pipeline.hash_u64(_SALT_RANDOM, *keys) % np.uint64(high - low)
+    targets = tokens_bT.astype(np.int32)
+    inputs = np.where(chosen & (action < 0.8), mask_id, targets)
+    inputs = np.where(
+        chosen & (action >= 0.8) & (action < 0.9), rand.astype(np.int32) + low, inputs
+    )
+    return {
+        "inputs": inputs.astype(np.int32),
+        "targets": targets,
+        "weights": chosen.astype(np.float32),
+    }
+
+
+class MaskedLM:
+    """Wraps a batch maker: its ``inputs`` (and which positions are real) get BERT masking.
+
+    ``real`` says which positions of the base batch are real tokens: 'all' (LM training
+    windows), 'nonpad' (padded classification inputs; rows with weight 0 are padding),
+    'windows' (LM evaluation windows: positions before the split's end) or 'segments'
+    (packed rows, ``seqjax.data.packing``: ``segment_ids`` > 0; ``segment_ids`` and
+    ``positions`` pass through).
+    """
+
+    def __init__(self, base, *, real: str, seed: int, stream: int, mask_id: int, low: int,
+                 probability: float, num_tokens: int = 0):  # fmt: skip
+        self.base, self.real, self.seed, self.stream = base, real, seed, stream
+        self.mask_id, self.low, self.probability = mask_id, low, probability
+        self.num_tokens = num_tokens
+
+    def __call__(self, step: int) -> dict[str, np.ndarray]:
+        batch = self.base(step)
+        tokens_bT = batch["inputs"]
+        rows_b = self.base.rows(step)
+        if self.real == "all":
+            real_bT = np.ones(tokens_bT.shape, bool)
+        elif self.real == "nonpad":
+            real_bT = (tokens_bT != 0) & (batch["weights"] > 0)[:, None]
+        elif self.real == "segments":  # packed rows (seqjax.data.packing)
+            real_bT = batch["segment_ids"] > 0
+        else:  # evaluation windows [g*T, (g+1)*T) over a split of num_tokens tokens
+            T = tokens_bT.shape[1]
+            idx_bT = rows_b[:, None] * T + np.arange(T)
+            live_b = rows_b < eval_windows(self.num_tokens, T)
+            real_bT = (idx_bT < self.num_tokens) & live_b[:, None]
+        out = mask_tokens(
+            tokens_bT, real_bT, rows_b, seed=self.seed, stream=self.stream,
+            mask_id=self.mask_id, low=self.low, high=self.mask_id, probability=self.probability,
+        )  # fmt: skip
+        if self.real == "segments":
+            out.update(segment_ids=batch["segment_ids"], positions=batch["positions"])
+        return out
+
+
+def mlm_problems(cfg) -> list[tuple[str, object, str]]:
+    """Invalid ``config.data`` fields of the objectives as ``(field, value, valid)``."""
+    problems = []
+    objective = cfg.get("objective") or ""
+    if objective not in OBJECTIVES:
+        problems.append(("objective", objective,
+                         "'' (the data set's own task), 'mlm' or 'span_corruption'"))  # fmt: skip
+    if objective == "mlm":
+        p = cfg.get("mlm_probability")
+        if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0 < p < 1:
+            problems.append(("mlm_probability", p, "a number 0 < p < 1 (BERT: 0.15)"))
+        if cfg.get("name") in ("duplication", "translation_jsonl", "wmt14_ende", "copy", "reverse"):
+            problems.append(("objective", objective,
+                             "'' for this data set; 'mlm' needs a text data set (pystdlib, "
+                             "text_file, enwik8, text8, imdb_bytes, listops)"))  # fmt: skip
+    if objective and cfg.get("lm_batching") == "stream":
+        problems.append(("lm_batching", "stream", f"'random' with objective={objective!r}"))
+    if objective == "span_corruption":
+        if cfg.get("name") not in LM_CORPORA:
+            problems.append(("objective", objective, "'' for this data set; 'span_corruption' "
+                             f"needs a text corpus ({', '.join(LM_CORPORA)})"))  # fmt: skip
+        if cfg.get("vocab") != "sentencepiece":
+            problems.append(("vocab", cfg.get("vocab"), "'sentencepiece' with "
+                             "objective='span_corruption' (pad 0, BOS, EOS ids; T5)"))  # fmt: skip
+        S, T = cfg.get("max_source_len"), cfg.get("max_target_len")
+        if isinstance(S, int) and S >= 8 and isinstance(T, int):
+            need = corrupted_lengths(raw_length(S))[1]
+            if T < need:
+                problems.append(("max_target_len", T, f">= {need} (the spans of a "
+                                 f"max_source_len={S} window, EOS included)"))  # fmt: skip
+        elif not isinstance(S, int) or S < 8:
+            problems.append(("max_source_len", S, "an integer >= 8"))
+    return problems
+
+
+def wrap_mlm(maker, cfg, info, *, split: str, train: bool, kind: str, num_tokens: int = 0):
+    """``maker`` with MLM masking; ``kind`` is 'lm' or 'classification' (the base data)."""
+    if kind in ("classification", "packed"):
+        real = "nonpad" if kind == "classification" else "segments"
+    else:
+        real = "all" if train else "windows"
+    stream = 0 if train else 1 + ("train", "validation", "test").index(split)
+    return MaskedLM(
+        maker,
+        real=real,
+        seed=int(cfg.seed),
+        stream=stream,
+        mask_id=int(info.mask_id),
+        low=mlm_low(info),
+        probability=float(cfg.mlm_probability),
+        num_tokens=num_tokens,
+    )
+
+
+def mlm_low(info) -> int:
+    """The first ordinary id (random replacements are in ``[low, mask_id)``)."""
+    if info.bos_id is not None:  # sentencepiece: 0 pad, 1 unk, 2 BOS, 3 EOS
+        return 4
+    return 1 if info.pad_id == 0 else 0
+
+
+def eval_windows(n: int, seq_len: int) -> int:
+    """LM evaluation windows of a split of ``n`` tokens (``pipeline.LMEvalWindows``)."""
+    return math.ceil((n - 1) / seq_len)
+
+
+# ------------------------------------------------------------------ span corruption (T5)
+
+SPAN_NOISE, SPAN_MEAN = 0.15, 3.0  # Raffel et al. 2020, §3.1.4 / §3.3.4
+_SALT_SPANS = 14
+
+
+def span_lengths(raw_len: int, noise: float = SPAN_NOISE, mean: float = SPAN_MEAN):
+    """``(noise tokens, spans)`` of a ``raw_len``-token window (T5's rounding, >= 1 each)."""
+    n_noise = min(max(int(round(raw_len * noise)), 1), raw_len - 1)
+    n_spans = max(int(round(n_noise / mean)), 1)
+    return n_noise, n_spans
+
+
+def corrupted_lengths(raw_len: int) -> tuple[int, int]:
+    """``(source, target)`` lengths, EOS included, of a corrupted ``raw_len`` window."""
+    n_noise, n_spans = span_lengths(raw_len)
+    return raw_len - n_noise + n_spans + 1, n_noise + n_spans + 1
+
+
+def raw_length(max_source_len: int) -> int:
+    """The longest window whose corrupted source fits ``max_source_len`` (EOS included)."""
+    raw = max_source_len
+    while raw > 2 and corrupted_lengths(raw)[0] > max_source_len:
+        raw -= 1
+    while corrupted_lengths(raw + 1)[0] <= max_source_len:
+        raw += 1
+    return raw
+
+
+def _segments(n: int, k: int, keys) -> np.ndarray:
+    """Lengths of a uniformly random split of ``n`` items into ``k`` non-empty segments."""
+    if k <= 1:
+        return np.array([n], np.int64)
+    order = np.argsort(pipeline.hash_u64(*keys, np.arange(n - 1)), kind="stable")
+    cuts = np.sort(order[: k - 1] + 1)
+    return np.diff(np.concatenate([[0], cuts, [n]]))
+
+
+def corrupt_spans(tokens: np.ndarray, keys, *, sentinel0: int, eos_id: int):
+    """T5 span corruption of one window (Raffel et al. 2020, §3.1.4, Fig. 2): 15% of the
+    tokens in spans of mean length 3, each span replaced in the source by one sentinel
+    (``sentinel0``, ``sentinel0 + 1``, ...); the target lists each sentinel and its span.
+
+    Returns ``(source ids + EOS, target ids + EOS)`` (int32).
+    """
+    n = len(tokens)
+    n_noise, n_spans = span_lengths(n)
+    noise = _segments(n_noise, n_spans, (*keys, 1))
+    keep = _segments(n - n_noise, n_spans, (*keys, 2))
+    src, tgt, at = [], [], 0
+    for i in range(n_spans):  # keep, then noise: the window starts with kept text
+        src.append(tokens[at : at + keep[i]])
+        at += keep[i]
+        src.append([sentinel0 + i])
+        tgt.append([sentinel0 + i])
+        tgt.append(tokens[at : at + noise[i]])
+        at += noise[i]
+    src.append(tokens[at:])
+    src.append([eos_id])
+    tgt.append([eos_id])
+    return np.concatenate(src).astype(np.int32), np.concatenate(tgt).astype(np.int32)
+
+
+def num_sentinels(max_source_len: int) -> int:
+    """Sentinel ids appended past the vocabulary: the spans of the longest window."""
+    return span_lengths(raw_length(max_source_len))[1]
+
+
+class SpanCorruption:
+    """Wraps an LM window maker (``pipeline.LMRandomWindows`` / ``LMEvalWindows`` of
+    ``raw_length`` tokens) into seq2seq batches: ``inputs [b, S]``, ``targets [b, T]``,
+    ``weights [b, T]`` (1 on real target tokens), 0 = padding, sentinels ``V, V+1, ...``."""
+
+    def __init__(self, base, *, seed: int, stream: int, sentinel0: int, eos_id: int,
+                 source_len: int, target_len: int, num_tokens: int = 0):  # fmt: skip
+        self.base, self.seed, self.stream = base, seed, stream
+        self.sentinel0, self.eos_id = sentinel0, eos_id
+        self.source_len, self.target_len, self.num_tokens = source_len, target_len, num_tokens
+
+    def rows(self, step: int) -> np.ndarray:
+        return self.base.rows(step)
+
+    def __call__(self, step: int) -> dict[str, np.ndarray]:
+        batch = self.base(step)
+        windows = batch["inputs"]
+        rows_b = self.base.rows(step)
+        raw = windows.shape[1]
+        b = len(rows_b)
+        inputs = np.zeros((b, self.source_len), np.int32)
+        targets = np.zeros((b, self.target_len), np.int32)
+        for r, g in enumerate(rows_b.tolist()):
+            n = raw
+            if self.num_tokens:  # evaluation windows: only the split's tokens
+                n = int(np.clip(self.num_tokens - g * raw, 0, raw))
+            if n < 2:
+                continue
+            src, tgt = corrupt_spans(windows[r, :n], (self.seed, _SALT_SPANS, self.stream, g),
+                                     sentinel0=self.sentinel0, eos_id=self.eos_id)  # fmt: skip
+            inputs[r, : len(src)] = src
+            targets[r, : len(tgt)] = tgt
+        return {"inputs": inputs, "targets": targets, "weights": (targets > 0).astype(np.float32)}
+
+
+# ------------------------------------ the objectives' DataInfo and iterators (`api` calls)
+
+
+def base_data(cfg):
+    """`config.data` without its objective: the text data set the objective reads."""
+    base = cfg.copy_and_resolve_references()
+    with base.unlocked():
+        base.objective, base.packing = "", False
+        if cfg.get("objective") == "span_corruption":  # windows of the raw (uncorrupted) length
+            base.seq_len = raw_length(int(cfg.max_source_len))
+    return base
+
+
+def make_mlm(cfg, split: str, process_index: int, process_count: int, train: bool):
+    """The base data set's batches with BERT masking (`api.make` with objective='mlm')."""
+    from seqjax.data import api
+
+    base_cfg = base_data(cfg)
+    with base_cfg.unlocked():
+        base_cfg.num_workers, base_cfg.prefetch = 0, 0  # only its maker is used
+    base = api.make(
+        base_cfg,
+        split=split,
+        process_index=process_index,
+        process_count=process_count,
+        train=train,
+    )
+    base.close()
+    maker, num_steps = base.maker, base.num_steps
+    kind = "classification" if cfg.name in api.CLASSIFICATION_DATASETS else "lm"
+    n = len(maker.tokens()) if isinstance(maker, pipeline.LMEvalWindows) else 0
+    if cfg.get("packing"):
+        layout = (maker.global_batch, process_index, process_count)
+        maker = packing.PackedExamples(maker.source, maker.size, maker.max_len, maker.offset,
+                                       maker.seed, *layout)  # fmt: skip
+        packing.log_efficiency(maker, split)
+        num_steps = None if train else math.ceil(maker.num_rows() / maker.global_batch)
+        kind = "packed"
+    wrapped = wrap_mlm(maker, cfg, api.info(cfg), split=split, train=train, kind=kind,
+                       num_tokens=n)  # fmt: skip
+    spec = {**base.spec, "objective": "mlm", "mlm_probability": float(cfg.mlm_probability),
+            "packing": bool(cfg.get("packing"))}  # fmt: skip
+    return pipeline.DataIterator(
+        wrapped, num_steps, spec, num_workers=int(cfg.num_workers), prefetch=int(cfg.prefetch)
+    )
+
+
+def span_info(cfg):
+    """The corpus's SentencePiece info as seq2seq data with T5 sentinels past its vocabulary."""
+    from seqjax.data import api
+
+    base = api.info(base_data(cfg))
+    V, K = base.vocab_size, num_sentinels(int(cfg.max_source_len))
+
+    def decode(ids):
+        ids = np.asarray(ids).reshape(-1)
+        parts, run = [], []
+        for i in ids.tolist():
+            if i >= V:
+                parts.append(base.decode(np.array(run, np.int32)) + f"<extra_id_{i - V}>")
+                run = []
+            else:
+                run.append(i)
+        return "".join(parts) + base.decode(np.array(run, np.int32))
+
+    return dataclasses.replace(
+        base, task="seq2seq", vocab_size=V + K, seq_len=int(cfg.max_source_len),
+        target_len=int(cfg.max_target_len), pad_id=subword.PAD_ID, decode=decode,
+    )  # fmt: skip
+
+
+def make_spans(cfg, split: str, process_index: int, process_count: int, train: bool):
+    """The corpus's windows, T5 span-corrupted into seq2seq batches (`api.make`)."""
+    from seqjax.data import api
+
+    base_cfg = base_data(cfg)
+    with base_cfg.unlocked():
+        base_cfg.num_workers, base_cfg.prefetch = 0, 0  # only its maker is used
+    base = api.make(
+        base_cfg,
+        split=split,
+        process_index=process_index,
+        process_count=process_count,
+        train=train,
+    )
+    base.close()
+    maker = base.maker
+    n = len(maker.tokens()) if isinstance(maker, pipeline.LMEvalWindows) else 0
+    inf = api.info(cfg)
+    wrapped = SpanCorruption(
+        maker, seed=int(cfg.seed), stream=0 if train else 1 + api.SPLITS.index(split),
+        sentinel0=inf.vocab_size - num_sentinels(int(cfg.max_source_len)),
+        eos_id=subword.EOS_ID, source_len=int(cfg.max_source_len),
+        target_len=int(cfg.max_target_len), num_tokens=n,
+    )  # fmt: skip
+    spec = {**base.spec, "objective": "span_corruption", "max_source_len": int(cfg.max_source_len),
+            "max_target_len": int(cfg.max_target_len)}  # fmt: skip
+    return pipeline.DataIterator(
+        wrapped, base.num_steps, spec, num_workers=int(cfg.num_workers), prefetch=int(cfg.prefetch)
+    )

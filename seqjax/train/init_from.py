@@ -1,0 +1,167 @@
+"""Pre-train -> fine-tune: ``config.init_from`` loads a checkpoint's encoder into a new model.
+
+``config.init_from`` is a training workdir (its newest complete checkpoint) or one checkpoint
+folder ``<workdir>/checkpoints/<step>``. Every parameter under ``encoder/`` of the checkpoint
+whose path exists in the new model is loaded (the shared ``Encoder`` of ``TransformerLM``,
+``TransformerClassifier`` and the masked-LM model: token embedding, positions, blocks, final
+norm); every other parameter of the new model (a classifier's pooling and head, an MLM
+model's untied head) keeps its fresh initialisation; checkpoint parameters outside the
+encoder (a pre-training head) are left unused. This is BERT's recipe (Devlin et al. 2019,
+§3: "the same pre-trained model parameters are used to initialize models for different
+down-stream tasks"; a new output layer per task).
+
+Every encoder parameter of the new model must be in the checkpoint (another attention
+mechanism or model kind is "another architecture": one error naming a missing parameter).
+One exception to "same shape or an error": a token table ``encoder/embed/embedding`` with
+more rows in the checkpoint than in the model keeps its first rows, since a masked-LM
+vocabulary is the data's vocabulary with ``[MASK]`` appended (``seqjax.data.objectives``);
+the log says so. Any other shape difference is one error naming the parameter.
+
+Restoring is an Orbax partial restore of only the loaded arrays, each placed directly with
+the new model's sharding (so a sharded or multi-process run restores like a resume); the
+optimizer state, step and RNG of the new run start fresh. The loaded / new / unused lists are
+logged and written to ``<workdir>/init_from.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import jax
+import orbax.checkpoint as ocp
+from flax import traverse_util
+from jax.sharding import NamedSharding, PartitionSpec
+
+from seqjax.train import checkpoint, config_validation, paths
+
+PREFIX = "encoder"
+EMBEDDING = ("encoder", "embed", "embedding")
+
+
+class InitFromError(config_validation.ConfigError):
+    """``config.init_from`` points at nothing usable (one sentence naming the field)."""
+
+
+def _bad(value, why: str) -> InitFromError:
+    return InitFromError(f"config.init_from={value!r} {why}")
+
+
+def resolve(value) -> tuple[str, int]:
+    """``(state item folder, step)`` of ``config.init_from`` (a workdir or a step folder)."""
+    p = paths.workdir_path(value)
+    if (p / "checkpoints").is_dir():
+        ckpt = checkpoint.Checkpointer(str(p), max_to_keep=1000, async_save=False)
+        step = ckpt.latest_step()
+        ckpt.close()
+        if step is None:
+            raise _bad(value, "is a workdir with no complete checkpoint; train it first or name "
+                       "a checkpoint folder <workdir>/checkpoints/<step>")  # fmt: skip
+        return str(p / "checkpoints" / str(step) / "state"), step
+    if p.parent.name == "checkpoints" and p.name.isdigit() and p.is_dir():
+        if not (p / "state").is_dir():
+            raise _bad(value, "is a damaged checkpoint: it has no state/ folder")
+        return str(p / "state"), int(p.name)
+    raise _bad(value, "is neither a seqjax workdir (with checkpoints/) nor a checkpoint folder "
+               "<workdir>/checkpoints/<step>")  # fmt: skip
+
+
+def _saved_params(value, state_dir: str) -> dict:
+    """``{path tuple: metadata}`` of the checkpoint's parameters (shapes, dtypes)."""
+    try:
+        meta = ocp.PyTreeCheckpointer().metadata(state_dir)
+        tree = meta.item_metadata if hasattr(meta, "item_metadata") else meta
+        tree = getattr(tree, "tree", tree)
+        params = dict(tree)["params"]
+    except Exception as e:  # unreadable metadata: a damaged or foreign checkpoint
+        raise _bad(value, f"is a damaged checkpoint ({checkpoint._reason(e)})") from None
+    return traverse_util.flatten_dict(dict(params))
+
+
+def plan(saved: dict, abstract_params: dict, value) -> dict:
+    """``{'load': {path: rows or None}, 'new': [...], 'unused': [...]}`` of the encoder graft;
+    raises ``InitFromError`` naming a parameter whose shapes differ."""
+    target = traverse_util.flatten_dict(abstract_params)
+    load, unused = {}, []
+    for path, meta in sorted(saved.items()):
+        if path[0] != PREFIX or path not in target:
+            unused.append(path)
+            continue
+        have, want = tuple(meta.shape), tuple(target[path].shape)
+        if have == want:
+            load[path] = None
+        elif path == EMBEDDING and have[1:] == want[1:] and have[0] > want[0]:
+            load[path] = want[0]  # the [MASK] row(s) past the data's vocabulary are dropped
+        else:
+            name = "/".join(path)
+            raise _bad(value, f"has parameter {name} of shape {have}, but this model's is "
+                       f"{want}; use the pre-training run's config.model sizes")  # fmt: skip
+    if not load or EMBEDDING not in saved:
+        raise _bad(value, "is a run of another architecture: it has no encoder/embed/embedding "
+                   f"(its {len(saved)} parameters include "
+                   f"{'/'.join(next(iter(sorted(saved)), ('none',)))}); init_from takes a "
+                   "masked-LM, classifier or LM run of this model")  # fmt: skip
+    missing = [p for p in sorted(target) if p[0] == PREFIX and p not in load]
+    if missing:
+        raise _bad(value, f"is a run of another architecture: it lacks this model's "
+                   f"{'/'.join(missing[0])} (and {len(missing) - 1} more encoder parameters); "
+                   "use the pre-training run's config.model.attention and sizes")  # fmt: skip
+    new = [p for p in sorted(target) if p not in load]
+    return {"load": load, "new": new, "unused": unused}
+
+
+def apply(run, value, workdir=None) -> dict:
+    """``run.init()`` with the encoder of checkpoint ``value`` grafted into its ``params``
+    (every check runs before the initialisation compiles)."""
+    state_dir, step = resolve(value)
+    saved = _saved_params(value, state_dir)
+    graft = plan(saved, run.abstract["params"], value)
+    flat_abstract = traverse_util.flatten_dict(run.abstract["params"])
+    replicated = NamedSharding(run.mesh, PartitionSpec())
+    item, restore_args = {}, {}
+    for path, rows in graft["load"].items():
+        meta, target = saved[path], flat_abstract[path]
+        sharding = target.sharding if rows is None else replicated
+        item[path] = jax.ShapeDtypeStruct(tuple(meta.shape), target.dtype, sharding=sharding)
+        restore_args[path] = ocp.ArrayRestoreArgs(sharding=sharding, dtype=target.dtype)
+    nest = traverse_util.unflatten_dict
+    try:
+        restored = ocp.PyTreeCheckpointer().restore(
+            state_dir,
+            args=ocp.args.PyTreeRestore(
+                item={"params": nest(item)},
+                restore_args={"params": nest(restore_args)},
+                partial_restore=True,
+            ),
+        )
+    except Exception as e:
+        raise _bad(value, f"is a damaged checkpoint ({checkpoint._reason(e)})") from None
+    flat = traverse_util.flatten_dict(restored["params"])
+    state = run.init()
+    params = traverse_util.flatten_dict(state["params"])
+    for path, rows in graft["load"].items():
+        x = flat[path]
+        if rows is not None:  # keep the data's rows; lay them out like the model's table
+            x = jax.jit(lambda a, r=rows: a[:r], out_shardings=flat_abstract[path].sharding)(x)
+        params[path] = x
+    _report(graft, value, step, workdir)
+    return {**state, "params": nest(params)}
+
+
+def _report(graft: dict, value, step: int, workdir) -> None:
+    def names(paths_):
+        return ["/".join(p) for p in paths_]
+
+    loaded = [
+        "/".join(p) + ("" if r is None else f" (first {r} rows)") for p, r in graft["load"].items()
+    ]
+    logging.info("init_from %s (step %d): loaded %d parameters: %s", value, step, len(loaded),
+                 ", ".join(loaded))  # fmt: skip
+    logging.info("init_from: new (initialised) %d: %s", len(graft["new"]),
+                 ", ".join(names(graft["new"])) or "none")  # fmt: skip
+    logging.info("init_from: unused %d: %s", len(graft["unused"]),
+                 ", ".join(names(graft["unused"])) or "none")  # fmt: skip
+    if workdir is not None and jax.process_index() == 0:
+        record = {"init_from": str(value), "step": step, "loaded": loaded,
+                  "new": names(graft["new"]), "unused": names(graft["unused"])}  # fmt: skip
+        (paths.workdir_path(workdir) / "init_from.json").write_text(json.dumps(record, indent=1))
