@@ -153,6 +153,9 @@ def base(data: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     """A full job config around a ``config.data`` block."""
     c = ml_collections.ConfigDict()
     c.seed = 0  # parameter initialization and dropout
+    # Modules imported before the config is validated and again by evaluate/sample/translate
+    # (they register attention mechanisms or tasks; docs/extending.md); --import adds one.
+    c.imports = ()
     c.data = data
     c.model = model()
     c.optimizer = optimizer()

@@ -20,7 +20,7 @@ from seqjax import tasks
 from seqjax.data import pipeline
 from seqjax.models import memory
 from seqjax.models.transformer import TransformerConfig
-from seqjax.train import checkpoint, config_validation, optim, paths, sharding, state
+from seqjax.train import checkpoint, config_validation, extensions, optim, paths, sharding, state
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +73,7 @@ class Run:
 
 def build(config, *, validate: bool = True) -> Run:
     """Validates ``config`` (before anything compiles) and builds the job's pieces."""
+    extensions.import_modules(config.get("imports") or ())  # extension mechanisms, tasks
     if validate:
         config_validation.validate(config)
     mesh = sharding.make_mesh(config.mesh)
