@@ -59,6 +59,13 @@ def quiet_libraries() -> None:
         pass
 
 
+def quiet_tool() -> None:
+    """``quiet_libraries`` for evaluate/sample/translate, whose stdout is the result: only
+    warnings and errors on stderr (no build or restore INFO lines, seqjax's included)."""
+    quiet_libraries()
+    absl_logging.set_verbosity(absl_logging.WARNING)
+
+
 def show_flags_in_help(module_name: str) -> None:
     """Makes ``--help`` list ``module_name``'s flags when run as a console script.
 
@@ -117,7 +124,7 @@ def run_header(config, run, workdir, *, start_step: int, num_params: int, argv=N
     dec_layers = getattr(getattr(run.model, "cfg", None), "decoder_layers", None)
     if dec_layers:  # an encoder-decoder (EncoderDecoderConfig)
         layers += f"; decoder {_per_layer(m.decoder_attention, int(dec_layers), options)}"
-    prov = extensions.provenance(config, run.task)
+    prov = extensions.provenance(config, run.task, run.model)
     outside = {n: mod for n, mod in prov["attention"].items() if not mod.startswith("seqjax.")}
     sizes = ", ".join(
         f"{split} {int(n):,}" for split, n in (getattr(run.info, "split_sizes", {}) or {}).items()

@@ -74,7 +74,7 @@ def cli():
     from seqjax.train import errors
 
     console.show_flags_in_help(__name__)
-    console.quiet_libraries()
+    console.quiet_tool()
     app.run(main, flags_parser=errors.parse_flags)
 
 

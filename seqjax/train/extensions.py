@@ -134,23 +134,26 @@ def add_imports(config, modules) -> None:
         config.imports = merged
 
 
-def mechanism_names(config) -> list[str]:
-    """The attention mechanisms a config's model uses (encoder and decoder cycles)."""
+def mechanism_names(config, *, decoder: bool = True) -> list[str]:
+    """The attention mechanisms a config's model uses (``attention``; with ``decoder``,
+    an encoder-decoder's ``decoder_attention`` too)."""
     m = config.model
     specs = [m.get("attention", "")]
-    if m.get("decoder_attention"):
+    if decoder and m.get("decoder_attention"):
         specs.append(m.decoder_attention)
     names = [n.strip() for s in specs for n in str(s).split(",") if n.strip()]
     return list(dict.fromkeys(names))
 
 
-def provenance(config, task) -> dict:
+def provenance(config, task, model=None) -> dict:
     """``{'attention': {name: module}, 'task': {name: module}, 'imports': [...]}``: which
-    module registered each mechanism the run uses and its task (``run_info.json``)."""
+    module registered each mechanism the run's ``model`` uses and its task
+    (``run_info.json``)."""
     from seqjax import attention
 
     mechs = {}
-    for name in mechanism_names(config):
+    decoder = bool(getattr(getattr(model, "cfg", None), "decoder_layers", None))
+    for name in mechanism_names(config, decoder=decoder):
         if name in attention.names():
             mechs[name] = attention.spec(name).fn.__module__
     return {

@@ -174,7 +174,7 @@ def _log_start(config, run, state, workdir, latest, primary: bool) -> None:
             "resumed_from_step": latest,
             "mesh": dict(run.mesh.shape),
             "sharding": text,
-            "extensions": extensions.provenance(config, run.task),
+            "extensions": extensions.provenance(config, run.task, run.model),
         },
     )
 
