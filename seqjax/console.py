@@ -130,6 +130,8 @@ def run_header(config, run, workdir, *, start_step: int, num_params: int, argv=N
         f"{split} {int(n):,}" for split, n in (getattr(run.info, "split_sizes", {}) or {}).items()
     )
     start = "from scratch" if not start_step else f"resumed at step {start_step}"
+    evals = f"validation every {t.eval_every}" if t.eval_every else "no validation"
+    saves = f"checkpoint every {t.checkpoint_every}" if t.checkpoint_every else "saved at the end"
     mesh = " x ".join(f"{k}={v}" for k, v in dict(run.mesh.shape).items())
     rows = [
         ("config", config_arg + (f" + {len(overrides)} overrides" if overrides else "")),
@@ -139,17 +141,13 @@ def run_header(config, run, workdir, *, start_step: int, num_params: int, argv=N
             "model",
             f"{m.get('kind', 'transformer')}, d_model {m.d_model}, {m.num_heads} heads, "
             f"max_len {m.max_len}, {num_params:,} parameters",
-        ),  # fmt: skip
+        ),
         (
             "data",
             f"{d.name}, seq_len {d.seq_len}, batch {d.batch_size}; splits ({run.task.unit}):"
             f" {sizes or 'unknown'}",
-        ),  # fmt: skip
-        (
-            "steps",
-            f"{t.num_steps:,} ({start}); eval every {t.eval_every}, checkpoint every "
-            f"{t.checkpoint_every}",
-        ),  # fmt: skip
+        ),
+        ("steps", f"{t.num_steps:,} ({start}); {evals}, {saves}"),
         ("mesh", f"{mesh} ({run.mesh.devices.size} devices)"),
         ("workdir", str(workdir)),
     ]

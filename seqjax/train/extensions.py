@@ -166,7 +166,9 @@ def provenance(config, task, model=None) -> dict:
 def _recorded(workdir) -> dict:
     """The newest ``run_info.<n>.json``'s provenance (empty for older runs)."""
     work = paths.workdir_path(workdir)
-    infos = sorted(work.glob("run_info.*.json"), key=lambda p: int(p.name.split(".")[1]))
+    infos = []
+    while (work / f"run_info.{len(infos)}.json").exists():  # as write_run_info numbers them
+        infos.append(work / f"run_info.{len(infos)}.json")
     for path in reversed(infos):
         try:
             return json.loads(path.read_text()).get("extensions") or {}

@@ -19,9 +19,19 @@ from tests.conftest import REPO
 
 SCRIPTS = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
 FLAGS = {
-    "seqjax-train": ["--config", "--workdir"],
-    "seqjax-eval": ["--workdir", "--split", "--max_batches", "--tgt_len", "--mem_len"],
-    "seqjax-sample": ["--workdir", "--prompt", "--length", "--temperature", "--seed"],
+    "seqjax-train": ["--config", "--workdir", "--import"],
+    "seqjax-eval": ["--workdir", "--split", "--max_batches", "--tgt_len", "--mem_len", "--import"],
+    "seqjax-sample": [
+        "--workdir",
+        "--prompt",
+        "--length",
+        "--temperature",
+        "--top_k",
+        "--top_p",
+        "--seed",
+        "--import",
+    ],  # fmt: skip
+    "seqjax-translate": ["--workdir", "--source", "--input_file", "--beam_size", "--import"],
 }
 
 
