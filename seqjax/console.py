@@ -158,6 +158,37 @@ def run_header(config, run, workdir, *, start_step: int, num_params: int, argv=N
     return "\n".join(["seqjax run"] + [f"  {k:<10} {v}" for k, v in rows])
 
 
+class _LineLogger:
+    """A stdout stand-in that logs each complete line (INFO) instead of printing it."""
+
+    def __init__(self):
+        self._pending = ""
+
+    def write(self, text: str) -> int:
+        self._pending += text
+        *lines, self._pending = self._pending.split("\n")
+        for line in lines:
+            if line.strip():
+                absl_logging.info("%s", line.strip())
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def library_prints_to_log():
+    """Lines libraries ``print`` to stdout (TFDS's "Downloading and preparing dataset"
+    banners) become log lines: stdout stays for results (evaluate's JSON, the test line);
+    a training run shows them as INFO, the tools (``quiet_tool``) hide them."""
+    logger = _LineLogger()
+    with contextlib.redirect_stdout(logger):
+        try:
+            yield
+        finally:
+            logger.write("\n")
+
+
 class _AboveBar:
     """A stream whose lines are printed with ``tqdm.write`` (above an active bar)."""
 

@@ -13,7 +13,6 @@ host <-> device transfers are the explicit ones (the batches, the metrics fetche
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -400,8 +399,8 @@ def _fmt(res: dict) -> str:
 
 def _banners_to_stderr():
     """TFDS prints its "Downloading and preparing dataset" banners to stdout, which is for
-    results: while data are prepared they go to stderr with the logs."""
-    return contextlib.redirect_stdout(sys.stderr)
+    results: while data are prepared they become log lines (stderr)."""
+    return console.library_prints_to_log()
 
 
 def _finished_result(workdir, ckpt, num_steps: int) -> dict | None:

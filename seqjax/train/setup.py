@@ -15,8 +15,8 @@ import jax
 import ml_collections
 import optax
 
+from seqjax import console, tasks
 from seqjax import data as data_lib
-from seqjax import tasks
 from seqjax.data import pipeline
 from seqjax.models import memory
 from seqjax.models.transformer import TransformerConfig
@@ -77,7 +77,8 @@ def build(config, *, validate: bool = True) -> Run:
     if validate:
         config_validation.validate(config)
     mesh = sharding.make_mesh(config.mesh)
-    info = data_lib.info(config.data)
+    with console.library_prints_to_log():  # TFDS banners: stdout is for results
+        info = data_lib.info(config.data)
     task = tasks.for_run(config, info)
     model_cfg = task.model_config(config, info)
     rec = memory.recurrence(config)
