@@ -127,7 +127,8 @@ def run_header(config, run, workdir, *, start_step: int, num_params: int, argv=N
     prov = extensions.provenance(config, run.task, run.model)
     outside = {n: mod for n, mod in prov["attention"].items() if not mod.startswith("seqjax.")}
     sizes = ", ".join(
-        f"{split} {int(n):,}" for split, n in (getattr(run.info, "split_sizes", {}) or {}).items()
+        f"{split} {int(n):,}" if isinstance(n, numbers.Real) else f"{split} ?"
+        for split, n in (getattr(run.info, "split_sizes", {}) or {}).items()
     )
     start = "from scratch" if not start_step else f"resumed at step {start_step}"
     evals = f"validation every {t.eval_every}" if t.eval_every else "no validation"

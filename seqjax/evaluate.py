@@ -49,6 +49,7 @@ def _main(argv):
         f["import"].value,
     )
     result = Evaluator(run)(state["params"], f.split, max_batches=f.max_batches)
+    result = {k: int(round(v)) if k in console.BOOKKEEPING else v for k, v in result.items()}
     rec = run.recurrence
     extra = {"eval_lengths": rec.eval_lengths(run.config)} if rec else {}
     print(json.dumps({"step": step, "split": f.split, **result, **extra}))

@@ -137,10 +137,10 @@ def add_imports(config, modules) -> None:
 def mechanism_names(config, *, decoder: bool = True) -> list[str]:
     """The attention mechanisms a config's model uses (``attention``; with ``decoder``,
     an encoder-decoder's ``decoder_attention`` too)."""
-    m = config.model
+    m = config.get("model") or {}  # a config.json without one: the restore reports it
     specs = [m.get("attention", "")]
     if decoder and m.get("decoder_attention"):
-        specs.append(m.decoder_attention)
+        specs.append(m["decoder_attention"])
     names = [n.strip() for s in specs for n in str(s).split(",") if n.strip()]
     return list(dict.fromkeys(names))
 

@@ -158,11 +158,13 @@ def _log_start(config, run, state, workdir, latest, primary: bool) -> None:
     if not primary:
         return
     num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state["params"]))
-    print(
-        console.run_header(config, run, workdir, start_step=latest or 0, num_params=num_params),
-        file=sys.stderr,
-        flush=True,
-    )
+    try:
+        header = console.run_header(
+            config, run, workdir, start_step=latest or 0, num_params=num_params
+        )
+    except Exception as e:  # noqa: BLE001 - a description must never stop a run
+        header = f"seqjax run in {workdir} (the header could not be made: {e!r})"
+    print(header, file=sys.stderr, flush=True)
     (workdir / "sharding.txt").write_text(text + "\n")
     logging.info("%s; per-parameter shardings in %s", text.splitlines()[0],
                  workdir / "sharding.txt")  # fmt: skip
