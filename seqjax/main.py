@@ -72,9 +72,9 @@ def train(config, workdir: str) -> dict:
     from seqjax.train import config_validation, extensions, loop, resume_check
     from seqjax.train import workdir as workdir_lib
 
-    extensions.import_modules(config.get("imports") or ())
-    config_validation.validate(config)  # exit 2 before anything is created or compiled
     workdir = str(paths.workdir_path(workdir))  # relative, ~, symlinks: as the loop sees it
+    extensions.prepare_training(config, workdir)  # config.imports (and a resumed run's)
+    config_validation.validate(config)  # exit 2 before anything is created or compiled
     workdir_lib.check_usable(workdir)
     lock = workdir_lib.acquire_for_job(workdir)
     try:

@@ -261,3 +261,19 @@ def test_mechanism_module_trains_from_the_command_line_and_evaluates(tmp_path, c
     assert gone.returncode == 2 and gone.stdout == ""
     assert "'my_attention', which cannot be imported" in gone.stderr
     assert "PYTHONPATH" in gone.stderr and "no checkpoint" not in gone.stderr
+
+
+def test_training_names_an_unregistered_mechanism_and_resumes_with_the_runs_imports(
+    registered, tmp_path
+):
+    from seqjax.train import extensions
+
+    config = common.load_file(CHAR_LM).get_config("smoke")
+    config.model.attention = "windw"
+    with pytest.raises(extensions.ExtensionError, match=r"'windw'.*--import MODULE"):
+        extensions.prepare_training(config, str(tmp_path))
+    # A resume without --import: the run's recorded imports are imported and kept.
+    (tmp_path / "config.json").write_text('{"imports": ["my_attention"]}')
+    config.model.attention = "window"
+    extensions.prepare_training(config, str(tmp_path))
+    assert tuple(config.imports) == ("my_attention",)

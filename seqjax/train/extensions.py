@@ -203,3 +203,27 @@ def check_restorable(config, workdir, extra_imports=()) -> None:
 
 def _from(module: str | None) -> str:
     return f" (registered by module {module!r})" if module else " (module not recorded)"
+
+
+def prepare_training(config, workdir) -> None:
+    """Before a training config is validated: imports ``config.imports`` and, on a resume,
+    the imports the workdir's run recorded (added to ``config.imports``), then names an
+    unregistered mechanism with the way to register it."""
+    from seqjax import attention
+
+    saved = paths.workdir_path(workdir) / "config.json"
+    if saved.exists():
+        try:
+            before = json.loads(saved.read_text()).get("imports") or []
+        except ValueError:
+            before = []  # resume_check reports an unreadable config.json
+        import_modules(before, field=f"the run in {workdir} (its config.json imports)")
+        add_imports(config, before)
+    import_modules(config.get("imports") or ())
+    unknown = [n for n in mechanism_names(config) if n not in attention.names()]
+    if unknown:
+        raise ExtensionError(
+            f"config.model.attention names {', '.join(map(repr, unknown))}, which no imported "
+            f"module registers; registered: {', '.join(attention.names())}. A mechanism of "
+            "your own is registered by --import MODULE or config.imports (docs/extending.md)"
+        )
