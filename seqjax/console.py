@@ -4,16 +4,27 @@ A run should read as: the run header, the progress, the evaluations, the result.
 logs ~40 INFO lines per checkpoint, JAX an INFO line per backend it cannot load (TPU on
 every CPU machine), TFDS progress bars while it prepares data: ``quiet_libraries`` keeps
 INFO lines only from seqjax's own files, and WARNING+ from everyone else.
+
+Results (the test line, the sample, evaluate's JSON, translations) go to stdout; the
+header, logs and progress to stderr (``run_header``, ``format_metrics``,
+``logs_above_bar``: in a terminal, log lines are printed above the tqdm bar, not through it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging as std_logging
+import numbers
 import os
 import sys
 
+import tqdm
 from absl import flags
 from absl import logging as absl_logging
+
+# Sums the metrics are divided by, not metrics: integers on the console, TensorBoard's
+# ``bookkeeping/`` prefix (metrics.jsonl keeps them with the metrics, for exactness tests).
+BOOKKEEPING = ("count", "weight_sum")
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 # Library warnings that are not a problem of the run (TFDS says it on every config).
@@ -48,6 +59,13 @@ def quiet_libraries() -> None:
         pass
 
 
+def quiet_tool() -> None:
+    """``quiet_libraries`` for evaluate/sample/translate, whose stdout is the result: only
+    warnings and errors on stderr (no build or restore INFO lines, seqjax's included)."""
+    quiet_libraries()
+    absl_logging.set_verbosity(absl_logging.WARNING)
+
+
 def show_flags_in_help(module_name: str) -> None:
     """Makes ``--help`` list ``module_name``'s flags when run as a console script.
 
@@ -61,3 +79,143 @@ def show_flags_in_help(module_name: str) -> None:
     module = sys.modules.get(module_name)
     if main is not None and module is not None and not main.__doc__:
         main.__doc__ = module.__doc__  # the usage text absl prints above the flags
+
+
+def format_metrics(res: dict) -> str:
+    """``loss=2.3000, accuracy=0.3351, count=1734``: numbers only, counts as integers."""
+    parts = []
+    for k, v in res.items():
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            continue
+        if k in BOOKKEEPING or k.endswith("_count") or isinstance(v, numbers.Integral):
+            parts.append(f"{k}={int(round(float(v)))}")
+        else:
+            parts.append(f"{k}={float(v):.4f}")
+    return ", ".join(parts)
+
+
+def _per_layer(spec: str, num_layers: int, options: dict) -> str:
+    """``window(window=8) x 2`` or ``0: lsh, 1: dense, 2: lsh`` (the per-layer cycle)."""
+    cycle = [n.strip() for n in str(spec).split(",") if n.strip()]
+
+    def show(name):
+        opts = options.get(name) or {}
+        inner = ", ".join(f"{k}={v}" for k, v in sorted(dict(opts).items()))
+        return f"{name}({inner})" if inner else name
+
+    layers = [show(cycle[i % len(cycle)]) for i in range(num_layers)] if cycle else []
+    if len(set(layers)) == 1:
+        return f"{layers[0]} x {num_layers} layers"
+    return ", ".join(f"{i}: {name}" for i, name in enumerate(layers))
+
+
+def run_header(config, run, workdir, *, start_step: int, num_params: int, argv=None) -> str:
+    """The lines printed once when a run starts (stderr): config and variant, overrides,
+    task, mechanism per layer, parameters, data and split sizes, steps, mesh, workdir."""
+    from seqjax.models import from_config
+    from seqjax.train import errors, extensions
+
+    argv = sys.argv if argv is None else argv
+    config_arg = errors._config_arg(argv) or "(in-process config)"
+    overrides = [a.split("=", 1)[0][2:] for a in argv[1:] if a.startswith("--config.")]
+    m, d, t = config.model, config.data, config.train
+    options = from_config.attention_options(config)
+    layers = _per_layer(m.attention, int(m.num_layers), options)
+    dec_layers = getattr(getattr(run.model, "cfg", None), "decoder_layers", None)
+    if dec_layers:  # an encoder-decoder (EncoderDecoderConfig)
+        layers += f"; decoder {_per_layer(m.decoder_attention, int(dec_layers), options)}"
+    prov = extensions.provenance(config, run.task, run.model)
+    outside = {n: mod for n, mod in prov["attention"].items() if not mod.startswith("seqjax.")}
+    sizes = ", ".join(
+        f"{split} {int(n):,}" if isinstance(n, numbers.Real) else f"{split} ?"
+        for split, n in (getattr(run.info, "split_sizes", {}) or {}).items()
+    )
+    start = "from scratch" if not start_step else f"resumed at step {start_step}"
+    evals = f"validation every {t.eval_every}" if t.eval_every else "no validation"
+    saves = f"checkpoint every {t.checkpoint_every}" if t.checkpoint_every else "saved at the end"
+    mesh = " x ".join(f"{k}={v}" for k, v in dict(run.mesh.shape).items())
+    rows = [
+        ("config", config_arg + (f" + {len(overrides)} overrides" if overrides else "")),
+        ("task", f"{run.task.name} ({type(run.task).__module__})"),
+        ("attention", layers),
+        (
+            "model",
+            f"{m.get('kind', 'transformer')}, d_model {m.d_model}, {m.num_heads} heads, "
+            f"max_len {m.max_len}, {num_params:,} parameters",
+        ),
+        (
+            "data",
+            f"{d.name}, seq_len {d.seq_len}, batch {d.batch_size}; splits ({run.task.unit}):"
+            f" {sizes or 'unknown'}",
+        ),
+        ("steps", f"{t.num_steps:,} ({start}); {evals}, {saves}"),
+        ("mesh", f"{mesh} ({run.mesh.devices.size} devices)"),
+        ("workdir", str(workdir)),
+    ]
+    if prov["imports"] or outside:
+        mods = ", ".join(prov["imports"]) or "-"
+        regs = ", ".join(f"{n} from {mod}" for n, mod in outside.items())
+        rows.append(("imports", mods + (f" ({regs})" if regs else "")))
+    return "\n".join(["seqjax run"] + [f"  {k:<10} {v}" for k, v in rows])
+
+
+class _LineLogger:
+    """A stdout stand-in that logs each complete line (INFO) instead of printing it."""
+
+    def __init__(self):
+        self._pending = ""
+
+    def write(self, text: str) -> int:
+        self._pending += text
+        *lines, self._pending = self._pending.split("\n")
+        for line in lines:
+            if line.strip():
+                absl_logging.info("%s", line.strip())
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def library_prints_to_log():
+    """Lines libraries ``print`` to stdout (TFDS's "Downloading and preparing dataset"
+    banners) become log lines: stdout stays for results (evaluate's JSON, the test line);
+    a training run shows them as INFO, the tools (``quiet_tool``) hide them."""
+    logger = _LineLogger()
+    with contextlib.redirect_stdout(logger):
+        try:
+            yield
+        finally:
+            logger.write("\n")
+
+
+class _AboveBar:
+    """A stream whose lines are printed with ``tqdm.write`` (above an active bar)."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text: str) -> None:
+        text = text.rstrip("\n")
+        if text:
+            tqdm.tqdm.write(text, file=self.stream)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+@contextlib.contextmanager
+def logs_above_bar(progress):
+    """While ``progress`` shows a terminal bar, absl's handler (which every ``logging``
+    line of seqjax reaches) writes through ``tqdm.write``, so a log line never cuts the bar."""
+    handler = absl_logging.get_absl_handler().python_handler
+    if progress.plain or not progress.enabled:
+        yield
+        return
+    old = handler.stream
+    handler.stream = _AboveBar(progress.stream)
+    try:
+        yield
+    finally:
+        handler.stream = old

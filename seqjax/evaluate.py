@@ -46,8 +46,10 @@ def _main(argv):
         lambda s: setup.restore_latest(f.workdir, eval_overrides=overrides, step=s),
         f.workdir,
         f.step,
+        f["import"].value,
     )
     result = Evaluator(run)(state["params"], f.split, max_batches=f.max_batches)
+    result = {k: int(round(v)) if k in console.BOOKKEEPING else v for k, v in result.items()}
     rec = run.recurrence
     extra = {"eval_lengths": rec.eval_lengths(run.config)} if rec else {}
     print(json.dumps({"step": step, "split": f.split, **result, **extra}))
@@ -64,10 +66,14 @@ def cli():
     flags.DEFINE_integer("clamp_len", None, "Transformer-XL: clamp relative distances (-1 off).")
     flags.DEFINE_enum("same_length", None, ["true", "false"], "Transformer-XL: same_length.")
     flags.DEFINE_integer("step", None, "Checkpoint step to evaluate (default: the newest).")
+    from seqjax.train import cli_inputs
+
+    flags.DEFINE_multi_string("import", [], cli_inputs.IMPORT_HELP)
     flags.mark_flag_as_required("workdir")
     from seqjax.train import errors
 
     console.show_flags_in_help(__name__)
+    console.quiet_tool()
     app.run(main, flags_parser=errors.parse_flags)
 
 

@@ -35,6 +35,14 @@ _CONFIG = config_flags.DEFINE_config_file(
     lock_config=True,
 )
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where checkpoints and metrics go (resumed).")
+_IMPORT = flags.DEFINE_multi_string(
+    "import",
+    [],
+    "A module to import first (repeatable): it registers an attention mechanism or a task "
+    "(docs/extending.md). Recorded in config.imports; evaluate/sample/translate import it too.",
+)
+# --config.model.attention_options.<mechanism>.<option>=V of blocks the config lacks (run()).
+_OPTION_OVERRIDES: list = []
 
 
 class _Interrupt:
@@ -61,11 +69,12 @@ class _Interrupt:
 
 def train(config, workdir: str) -> dict:
     """Validates, checks the workdir, locks it, checks a resume, then trains."""
-    from seqjax.train import config_validation, loop, resume_check
+    from seqjax.train import config_validation, extensions, loop, resume_check
     from seqjax.train import workdir as workdir_lib
 
-    config_validation.validate(config)  # exit 2 before anything is created or compiled
     workdir = str(paths.workdir_path(workdir))  # relative, ~, symlinks: as the loop sees it
+    extensions.prepare_training(config, workdir)  # config.imports (and a resumed run's)
+    config_validation.validate(config)  # exit 2 before anything is created or compiled
     workdir_lib.check_usable(workdir)
     lock = workdir_lib.acquire_for_job(workdir)
     try:
@@ -82,8 +91,13 @@ def main(argv):
     interrupt = _Interrupt()
     workdir = _WORKDIR.value
     try:
+        from seqjax.train import extensions
+
+        config = _CONFIG.value
+        extensions.add_imports(config, _IMPORT.value)
+        extensions.apply_option_overrides(config, _OPTION_OVERRIDES)
         sharding.maybe_initialize_distributed()
-        result = train(_CONFIG.value, workdir)
+        result = train(config, workdir)
     except KeyboardInterrupt:  # before the loop could save, or a second Ctrl-C
         print(f"error: {errors.interrupted_message(workdir)}", file=sys.stderr, flush=True)
         sys.stdout.flush()
@@ -102,11 +116,18 @@ def main(argv):
 def run():
     """Console script ``seqjax-train`` (same flags as ``python -m seqjax.main``)."""
     # --config accepts a module name too (seqjax.configs.char_lm:smoke: installed package).
+    from seqjax.train import extensions
+
     sys.argv = paths.resolve_config_flag(sys.argv)
-    problem = errors.config_file_problem(sys.argv)
+    try:  # --import modules register mechanisms before the config and its overrides load
+        extensions.import_modules(extensions.imports_in_argv(sys.argv), field="--import")
+        problem = errors.config_file_problem(sys.argv)
+    except extensions.ExtensionError as e:
+        problem = str(e)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
+    sys.argv, _OPTION_OVERRIDES[:] = extensions.split_option_overrides(sys.argv)
     flags.mark_flags_as_required(["config", "workdir"])
     console.show_flags_in_help(__name__)
     logging.set_verbosity(logging.INFO)

@@ -1,6 +1,7 @@
 """Text generation from a training workdir's checkpoint (command line).
 
     python -m seqjax.sample --workdir DIR --prompt "def " --length 200 --temperature 0.8
+    python -m seqjax.sample --workdir DIR --prompt "def " --top_k 20 --top_p 0.9
 
 restores the newest complete checkpoint of a training workdir and prints the prompt
 followed by ``length`` generated characters (tokens). The decoding itself (KV cache, prefix
@@ -28,9 +29,9 @@ def _main(argv):
     from seqjax.train import cli_inputs, setup
 
     f = flags.FLAGS
-    cli_inputs.check_sampling_flags(f.length, f.temperature)
+    cli_inputs.check_sampling_flags(f.length, f.temperature, f.top_k, f.top_p)
     run, state, step = cli_inputs.restore(
-        lambda s: setup.restore_latest(f.workdir, step=s), f.workdir, f.step
+        lambda s: setup.restore_latest(f.workdir, step=s), f.workdir, f.step, f["import"].value
     )
     task = run.task
     if not task.generates:
@@ -44,7 +45,14 @@ def _main(argv):
     prompt = cli_inputs.usable_prompt(f.prompt, run.info.encode, run.info.decode) or "\n"
     task.check_sample_inputs(run, prompt, f.length)
     text = task.sample(
-        run, state["params"], prompt, f.length, temperature=f.temperature, seed=f.seed
+        run,
+        state["params"],
+        prompt,
+        f.length,
+        temperature=f.temperature,
+        top_k=f.top_k,
+        top_p=f.top_p,
+        seed=f.seed,
     )
     print(prompt + text)
 
@@ -55,12 +63,18 @@ def cli():
     flags.DEFINE_string("prompt", "\n", "Text to continue.")
     flags.DEFINE_integer("length", 200, "Number of characters/tokens to generate.")
     flags.DEFINE_float("temperature", 0.8, "Softmax temperature (0 = greedy).")
+    flags.DEFINE_integer("top_k", 0, "Sample from the k most probable tokens (0 = all).")
+    flags.DEFINE_float("top_p", 1.0, "Nucleus sampling: the smallest set of mass >= p (1 = all).")
     flags.DEFINE_integer("seed", 0, "Sampling seed.")
     flags.DEFINE_integer("step", None, "Checkpoint step to sample from (default: the newest).")
+    from seqjax.train import cli_inputs
+
+    flags.DEFINE_multi_string("import", [], cli_inputs.IMPORT_HELP)
     flags.mark_flag_as_required("workdir")
     from seqjax.train import errors
 
     console.show_flags_in_help(__name__)
+    console.quiet_tool()
     app.run(main, flags_parser=errors.parse_flags)
 
 

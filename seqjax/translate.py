@@ -59,7 +59,7 @@ def _main(argv):
         raise cli_inputs.InputError(str(e)) from None
     sources = _sources(f)
     run, state, _ = cli_inputs.restore(
-        lambda s: setup.restore_latest(f.workdir, step=s), f.workdir, f.step
+        lambda s: setup.restore_latest(f.workdir, step=s), f.workdir, f.step, f["import"].value
     )
     translate = getattr(run.task, "translate", None)
     if translate is None:
@@ -79,10 +79,14 @@ def cli():
     flags.DEFINE_integer("beam_size", None, "Beams (1 = greedy; default: config.eval.beam_size).")
     flags.DEFINE_float("alpha", None, "GNMT length penalty (default: config.eval.length_penalty).")
     flags.DEFINE_integer("step", None, "Checkpoint step to use (default: the newest).")
+    from seqjax.train import cli_inputs
+
+    flags.DEFINE_multi_string("import", [], cli_inputs.IMPORT_HELP)
     flags.mark_flag_as_required("workdir")
     from seqjax.train import errors
 
     console.show_flags_in_help(__name__)
+    console.quiet_tool()
     app.run(main, flags_parser=errors.parse_flags)
 
 

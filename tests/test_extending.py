@@ -8,6 +8,9 @@ Legend: B batch, T length, H heads, D head dim.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -19,33 +22,35 @@ import numpy as np
 import optax
 import pytest
 
-from seqjax.attention import flex, masks, numerics, registry
+from seqjax.attention import flex, registry
+from seqjax.configs import common
 from seqjax.models import TransformerConfig, TransformerLM
 
-NAME = "window_example"
+NAME = "window"  # the name the doc registers
 
 
-# --- the whole new mechanism (docs/extending.md, "A new attention mechanism") ---------------
-def window_attention(q, k, v, *, causal=False, mask=None, segment_ids=None, dropout_rate=0.0,
-                     dropout_rng=None, scale=None, window=4):  # fmt: skip
-    """Local attention: query i sees keys j with |i - j| <= window (Child et al. 2019, §4.2
-    "local" / Beltagy et al. 2020 sliding window), on top of the common masks."""
-    b, t, _, d = q.shape
-    s = k.shape[1]
-    dist_TS = (s - t) + jnp.arange(t)[:, None] - jnp.arange(s)[None, :]
-    valid = jnp.abs(dist_TS)[None, None] <= window
-    common = masks.dense_mask(b, t, s, causal=causal, mask=mask, segment_ids=segment_ids)
-    valid = valid if common is None else valid & common
-    return numerics.attend(q, k, v, valid, scale=scale, dropout_rate=dropout_rate,
-                           dropout_rng=dropout_rng)  # fmt: skip
+# --- the whole new mechanism (docs/extending.md, "A new attention mechanism"), as printed -----
 
 
-# ---------------------------------------------------------------------------------------------
+def _doc_block(heading: str) -> str:
+    """The first ```python block after ``heading`` in docs/extending.md."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "extending.md").read_text()
+    section = text[text.index(heading) :]
+    start = section.index("```python\n") + len("```python\n")
+    return section[start : section.index("```", start)]
+
+
+MECHANISM_BLOCK = _doc_block("## A new attention mechanism")
 
 
 @pytest.fixture
-def registered():
-    registry.register(registry.Mechanism(NAME, window_attention, options=("window",)))
+def registered(monkeypatch):
+    """The doc's mechanism file executed as a module of its own (it registers "window")."""
+    module = types.ModuleType("my_attention")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    registry._REGISTRY.pop(NAME, None)
+    exec(compile(MECHANISM_BLOCK, "docs/extending.md", "exec"), module.__dict__)  # noqa: S102
+    assert registry.spec(NAME).fn is module.window_attention
     yield NAME
     registry._REGISTRY.pop(NAME)
 
@@ -104,14 +109,6 @@ def test_new_mechanism_trains_in_the_lm(registered):
 
 
 # --- "A new task" (docs/extending.md): the code block is executed as printed ---------------
-
-
-def _doc_block(heading: str) -> str:
-    """The first ```python block after ``heading`` in docs/extending.md."""
-    text = (Path(__file__).resolve().parents[1] / "docs" / "extending.md").read_text()
-    section = text[text.index(heading) :]
-    start = section.index("```python\n") + len("```python\n")
-    return section[start : section.index("```", start)]
 
 
 @pytest.fixture
@@ -177,3 +174,106 @@ def test_new_task_from_the_doc_trains_through_the_train_step(doc_task):
     # A malformed batch is refused by name before anything compiles.
     with pytest.raises(ValueError, match=r"batch\['targets'\] must be int32 of rank 2"):
         task.check_batch({**batch, "targets": batch["targets"][:, 0]})
+
+
+# --- the mechanism as a module of one's own: command-line options, --import, restore ------
+
+_train = common.load_file(
+    Path(__file__).parent / "train" / "conftest.py", "seqjax_tests_train_conftest"
+)
+corpus = _train.corpus  # the tiny training corpus (session fixture)
+REPO = Path(__file__).resolve().parents[1]
+CHAR_LM = str(REPO / "configs" / "char_lm.py")
+
+
+def test_options_of_any_registered_mechanism_are_flags(registered):
+    from seqjax.train import config_validation, errors, extensions
+
+    argv = ["seqjax-train", f"--config={CHAR_LM}:smoke", "--config.model.attention=window",
+            "--config.model.attention_options.window.window=8",
+            "--config.model.attention_options.dense.implementation", "chunked"]  # fmt: skip
+    assert errors.config_file_problem(argv) is None  # was: "has no field 'window'"
+    rest, found = extensions.split_option_overrides(argv)
+    assert rest == argv[:3]
+    assert found == [("window", "window", "8"), ("dense", "implementation", "chunked")]
+    config = common.load_file(CHAR_LM).get_config("smoke")
+    config.lock()  # as config_flags leaves it
+    extensions.apply_option_overrides(config, found)
+    assert config.model.attention_options.window.window == 8  # an int, not "8"
+    assert config.model.attention_options.dense.implementation == "chunked"
+    with pytest.raises(config_validation.ConfigError, match=r"window.*valid options: .*'window'"):
+        extensions.apply_option_overrides(config, [("window", "windw", "8")])
+    # A name that is not a registered mechanism still names the valid fields.
+    bad = [*argv[:2], "--config.model.attention_options.windw.window=8"]
+    assert "has no field 'windw'" in errors.config_file_problem(bad)
+
+
+def test_a_missing_extension_is_named_with_its_module(tmp_path):
+    from seqjax.train import extensions
+
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "run_info.0.json").write_text(
+        '{"extensions": {"attention": {"window": "my_attention"},'
+        ' "task": {"reverse_example": "reverse_task"}}}'
+    )
+    config = common.load_file(CHAR_LM).get_config("smoke")
+    config.model.attention = "window"
+    with pytest.raises(extensions.ExtensionError) as e:
+        extensions.check_restorable(config, str(tmp_path))
+    assert "'window' (registered by module 'my_attention')" in str(e.value)
+    assert "'reverse_example' (registered by module 'reverse_task')" in str(e.value)
+    config.imports = ("reverse_task",)
+    with pytest.raises(
+        extensions.ExtensionError, match=r"'reverse_task', which cannot be imported"
+    ):
+        extensions.check_restorable(config, str(tmp_path))
+
+
+def test_mechanism_module_trains_from_the_command_line_and_evaluates(tmp_path, corpus):
+    """The doc's commands: the block saved as my_attention.py on PYTHONPATH, --import it,
+    its option as a flag; evaluate imports it again, and names it when it is gone."""
+    ext = tmp_path / "project"
+    ext.mkdir()
+    (ext / "my_attention.py").write_text(MECHANISM_BLOCK)
+    work = tmp_path / "window"
+    env = _train.subprocess_env(corpus)
+    env["PYTHONPATH"] = f"{ext}{os.pathsep}{env['PYTHONPATH']}"
+    cmd = _train.main_command(work, corpus, **{"train.num_steps": 4})
+    cmd += ["--import", "my_attention", "--config.model.attention=window",
+            "--config.model.attention_options.window.window=8"]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "window(window=8) x 2 layers" in proc.stderr  # the run header
+    saved = json.loads((work / "config.json").read_text())
+    assert saved["imports"] == ["my_attention"]
+    assert saved["model"]["attention_options"]["window"] == {"window": 8}
+    info = json.loads((work / "run_info.0.json").read_text())
+    assert info["extensions"]["attention"] == {"window": "my_attention"}
+
+    evaluate = [sys.executable, "-m", "seqjax.evaluate", f"--workdir={work}", "--max_batches=1"]
+    ok = subprocess.run(evaluate, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    line = json.loads(ok.stdout)
+    assert line["step"] == 4 and isinstance(line["count"], int)  # a count, not 1734.0
+    assert ok.stderr.strip() == ""  # no library lines
+    env["PYTHONPATH"] = env["PYTHONPATH"].split(os.pathsep, 1)[1]  # the module is gone
+    gone = subprocess.run(evaluate, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert gone.returncode == 2 and gone.stdout == ""
+    assert "'my_attention', which cannot be imported" in gone.stderr
+    assert "PYTHONPATH" in gone.stderr and "no checkpoint" not in gone.stderr
+
+
+def test_training_names_an_unregistered_mechanism_and_resumes_with_the_runs_imports(
+    registered, tmp_path
+):
+    from seqjax.train import extensions
+
+    config = common.load_file(CHAR_LM).get_config("smoke")
+    config.model.attention = "windw"
+    with pytest.raises(extensions.ExtensionError, match=r"'windw'.*--import MODULE"):
+        extensions.prepare_training(config, str(tmp_path))
+    # A resume without --import: the run's recorded imports are imported and kept.
+    (tmp_path / "config.json").write_text('{"imports": ["my_attention"]}')
+    config.model.attention = "window"
+    extensions.prepare_training(config, str(tmp_path))
+    assert tuple(config.imports) == ("my_attention",)

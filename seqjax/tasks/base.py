@@ -197,8 +197,14 @@ class Task:
         sample (before anything compiles)."""
         del run, prompt, length
 
-    def sample(self, run, params, prompt: str, length: int, *, temperature=1.0, seed=0) -> str:
-        """The generated continuation of ``prompt`` (only where ``generates``)."""
+    def sample(
+        self, run, params, prompt: str, length: int, *, temperature=1.0, top_k=0, top_p=1.0,
+        seed=0,
+    ) -> str:  # fmt: skip
+        """The generated continuation of ``prompt`` (only where ``generates``): ``length``
+        tokens at ``temperature``, from the ``top_k`` most probable (0 = all) within nucleus
+        mass ``top_p`` (1 = all; Holtzman et al. 2020), checked by
+        ``seqjax.decoding.check_sampling``."""
         raise NotImplementedError(f"task {self.name!r} does not generate")
 
     def describe_sample(self, prompt: str, text: str) -> str:

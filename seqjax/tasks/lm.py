@@ -80,10 +80,16 @@ class LanguageModel(base.Task):
             n_prompt, length, int(run.model_cfg.max_len), run.recurrence is not None
         )
 
-    def sample(self, run, params, prompt: str, length: int, *, temperature=1.0, seed=0) -> str:
+    def sample(
+        self, run, params, prompt: str, length: int, *, temperature=1.0, top_k=0, top_p=1.0,
+        seed=0,
+    ) -> str:  # fmt: skip
         from seqjax.train import sampling
 
-        return sampling.sample_text(run, params, prompt, length, temperature=temperature, seed=seed)
+        return sampling.sample_text(
+            run, params, prompt, length, temperature=temperature, top_k=top_k, top_p=top_p,
+            seed=seed,
+        )  # fmt: skip
 
 
 TASK = registry.register(LanguageModel())

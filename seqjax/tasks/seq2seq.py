@@ -229,10 +229,13 @@ class Seq2Seq(base.Task):
                 f"data.max_source_len={limit}; shorten it"
             )
 
-    def sample(self, run, params, prompt: str, length: int, *, temperature=1.0, seed=0) -> str:
-        """The beam-search translation of ``prompt`` (``length``/``temperature`` unused:
-        translation is a search, not a sample)."""
-        del length, temperature, seed
+    def sample(
+        self, run, params, prompt: str, length: int, *, temperature=1.0, top_k=0, top_p=1.0,
+        seed=0,
+    ) -> str:  # fmt: skip
+        """The beam-search translation of ``prompt`` (``length``, ``temperature``, ``top_k``,
+        ``top_p`` unused: translation is a search, not a sample)."""
+        del length, temperature, top_k, top_p, seed
         return self.translate(run, params, [prompt])[0]
 
     def describe_sample(self, prompt: str, text: str) -> str:

@@ -54,18 +54,31 @@ def checkpoint_step(workdir: str, step: int | None) -> int:
     return step
 
 
-def check_sampling_flags(length: int, temperature: float) -> None:
+def check_sampling_flags(length: int, temperature: float, top_k: int = 0, top_p=1.0) -> None:
+    """``--length`` and the sampling flags (``seqjax.decoding.check_sampling``)."""
+    from seqjax import decoding
+
     if length < 0:
         raise InputError(f"--length={length} is invalid; valid: an integer >= 0")
     if not math.isfinite(temperature) or temperature < 0:
         raise InputError(
             f"--temperature={temperature} is invalid; valid: a finite number >= 0 (0 = greedy)"
         )
+    try:
+        decoding.check_sampling(temperature, top_k, top_p)
+    except ValueError as e:
+        raise InputError(str(e)) from None
 
 
 def check_window(prompt_tokens: int, length: int, max_len: int, recurrent: bool) -> None:
     """Without a memory (``seqjax.models.memory``), prompt + sample must fit in the model's
     window."""
+    if not recurrent and prompt_tokens >= max_len:
+        raise InputError(
+            f"--prompt is {prompt_tokens} tokens long, but the model reads at most "
+            f"model.max_len={max_len} tokens (the prompt included); give a prompt shorter than "
+            f"{max_len} tokens"
+        )
     if not recurrent and prompt_tokens + length > max_len:
         raise InputError(
             f"--length={length} with a {prompt_tokens}-token prompt exceeds the model's window "
@@ -95,11 +108,25 @@ def usable_prompt(prompt: str, encode, decode) -> str:
     return "".join(c for c in prompt if c not in outside)
 
 
-def restore(restore_fn, workdir: str, step: int | None):
+IMPORT_HELP = (
+    "A module to import before restoring (repeatable): one that registers the run's attention "
+    "mechanism or task (docs/extending.md); the run's own config.imports are imported anyway."
+)
+
+
+def restore(restore_fn, workdir: str, step: int | None, imports=()):
     """``restore_fn(step)`` for ``--step`` (or the newest checkpoint, falling back to older
     ones with a warning when the newest is damaged; nothing is moved: a training job may
-    be using the workdir)."""
+    be using the workdir).
+
+    First the run's extensions (``config.imports``) and ``imports`` (``--import``) are
+    imported and the mechanisms and task it used are checked to be registered: a missing
+    one is named with its module (``seqjax.train.extensions``), not blamed on a checkpoint.
+    """
     chosen = checkpoint_step(workdir, step)
+    from seqjax.train import extensions, setup
+
+    extensions.check_restorable(setup.load_config(workdir), workdir, imports)
     steps = [chosen] if step is not None else list(reversed(checkpoint_steps(workdir)))
     failures = []
     for s in steps:

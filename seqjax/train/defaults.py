@@ -159,6 +159,9 @@ def base(data: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     # Pre-train -> fine-tune: a workdir (its newest checkpoint) or a checkpoint folder whose
     # encoder parameters initialise this model (seqjax.train.init_from); None = from scratch.
     c.init_from = config_dict.placeholder(str)
+    # Modules imported before the config is validated and again by evaluate/sample/translate
+    # (they register attention mechanisms or tasks; docs/extending.md); --import adds one.
+    c.imports = ()
     c.data = data
     c.model = model()
     c.optimizer = optimizer()

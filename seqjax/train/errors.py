@@ -157,14 +157,22 @@ def config_file_problem(argv: list[str]) -> str | None:
         config = module.get_config(*([variant] if variant else []))
     except (ValueError, KeyError, TypeError) as e:
         return f"--config={value}: {e}"
+    from seqjax.train import extensions
+
+    try:  # the config's own extensions register their mechanisms before the overrides
+        extensions.import_modules(config.get("imports") or (), field=f"--config={value} imports")
+    except extensions.ExtensionError as e:
+        return str(e)
     return _unknown_override(config, argv)
 
 
 def _unknown_override(config, argv: list[str]) -> str | None:
     """A sentence for ``--config.a.b=v`` naming a field the config does not have."""
+    from seqjax.train import extensions
+
     for arg in argv[1:]:
-        if not arg.startswith("--config."):
-            continue
+        if not arg.startswith("--config.") or extensions._is_option_flag(arg):
+            continue  # a registered mechanism's options: added by extensions, checked there
         key = arg[len("--config.") :].split("=", 1)[0]
         node, walked = config, "config"
         for part in key.split("."):
@@ -193,4 +201,4 @@ def parse_flags(argv: list[str]) -> list[str]:
 
 def _module(argv: list[str]) -> str:
     name = Path(argv[0]).stem if argv else "seqjax.main"
-    return f"seqjax.{name}" if name in ("main", "evaluate", "sample") else name
+    return f"seqjax.{name}" if name in ("main", "evaluate", "sample", "translate") else name

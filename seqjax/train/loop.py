@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -26,8 +27,9 @@ import orbax.checkpoint as ocp
 from jax._src import distributed
 from jax.experimental import multihost_utils
 
+from seqjax import console
 from seqjax import data as data_lib
-from seqjax.train import checkpoint, flops, paths, setup, sharding
+from seqjax.train import checkpoint, extensions, flops, paths, setup, sharding
 from seqjax.train import evaluator as evaluator_lib
 from seqjax.train import metrics as metrics_lib
 from seqjax.train import step as step_lib
@@ -153,15 +155,33 @@ def _restore_or_init(run, ckpt, train_iter, workdir):
 
 
 def _log_start(config, run, state, workdir, latest, primary: bool) -> None:
+    """The run header (stderr, once), one sharding line (the per-parameter table goes to
+    ``sharding.txt``), ``config.json`` and ``run_info.json`` (with where the run's
+    mechanisms and task came from: ``seqjax.train.extensions.provenance``)."""
     text = sharding.describe(state, run.shardings, run.mesh, config.data.batch_size)
-    sharding.log_sharding(text)
-    if primary:
-        (workdir / "sharding.txt").write_text(text + "\n")
-        metrics_lib.write_run_info(
-            workdir,
-            config,
-            {"resumed_from_step": latest, "mesh": dict(run.mesh.shape), "sharding": text},
+    if not primary:
+        return
+    num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state["params"]))
+    try:
+        header = console.run_header(
+            config, run, workdir, start_step=latest or 0, num_params=num_params
         )
+    except Exception as e:  # noqa: BLE001 - a description must never stop a run
+        header = f"seqjax run in {workdir} (the header could not be made: {e!r})"
+    print(header, file=sys.stderr, flush=True)
+    (workdir / "sharding.txt").write_text(text + "\n")
+    logging.info("%s; per-parameter shardings in %s", text.splitlines()[0],
+                 workdir / "sharding.txt")  # fmt: skip
+    metrics_lib.write_run_info(
+        workdir,
+        config,
+        {
+            "resumed_from_step": latest,
+            "mesh": dict(run.mesh.shape),
+            "sharding": text,
+            "extensions": extensions.provenance(config, run.task, run.model),
+        },
+    )
 
 
 def _throughput(config, run, t_start: float):
@@ -207,18 +227,24 @@ def train_and_evaluate(config, workdir: str) -> dict:
     workdir = paths.workdir_path(workdir)  # relative, ~, symlink or gs:// -> absolute
     workdir.mkdir(parents=True, exist_ok=True)
     primary = jax.process_index() == 0
-    run = setup.build(config)  # validates first
+    with _banners_to_stderr():
+        run = setup.build(config)  # validates first
     mesh = run.mesh
     ckpt = checkpoint.Checkpointer(
         workdir, max_to_keep=t_cfg.max_to_keep, async_save=t_cfg.async_checkpointing
     )
-    train_iter = data_lib.make(
-        config.data,
-        split="train",
-        process_index=jax.process_index(),
-        process_count=jax.process_count(),
-        train=True,
-    )
+    finished = _finished_result(workdir, ckpt, t_cfg.num_steps)
+    if finished is not None:
+        ckpt.close()
+        return finished
+    with _banners_to_stderr():
+        train_iter = data_lib.make(
+            config.data,
+            split="train",
+            process_index=jax.process_index(),
+            process_count=jax.process_count(),
+            train=True,
+        )
     state, latest = _restore_or_init(run, ckpt, train_iter, workdir)
     _log_start(config, run, state, workdir, latest, primary)
 
@@ -238,6 +264,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
     )
     evaluator = evaluator_lib.Evaluator(run)
     writer = metrics_lib.MetricWriter(workdir, enabled=primary)
+    writer.write_config(config)
     step = int(jax.device_get(state["step"]))
     num_steps = t_cfg.num_steps
     t_start = time.perf_counter()
@@ -274,7 +301,11 @@ def train_and_evaluate(config, workdir: str) -> dict:
     flag = _StopFlag()
     stopped = "done"
     try:
-        with sharding.rules_and_mesh(mesh), jax.transfer_guard("disallow"):
+        with (
+            console.logs_above_bar(progress),
+            sharding.rules_and_mesh(mesh),
+            jax.transfer_guard("disallow"),
+        ):
             while step < num_steps:
                 with jax.transfer_guard("allow"):  # a small all-gather when agreed by hand
                     preempted = flag.requested(step)
@@ -306,6 +337,10 @@ def train_and_evaluate(config, workdir: str) -> dict:
                     )
                     writer.write(step, res, prefix="validation/")
                     progress.write(f"step {step}: validation {_fmt(res)}")
+                    if run.task.generates and t_cfg.sample_length:
+                        with jax.transfer_guard("allow"):  # the sample at this evaluation
+                            text = _sample(config, run, state["params"], False)
+                        writer.write_text("sample", _describe(run, t_cfg, text), step)
             save(step)
         ckpt.wait()
     finally:
@@ -326,11 +361,11 @@ def train_and_evaluate(config, workdir: str) -> dict:
         res = evaluator(state["params"], "test")
         writer.write(step, res, prefix="test/")
         result["test"] = res
-        logging.info("test split at step %d: %s", step, _fmt(res))
-        if primary:
+        if primary:  # the result once, on stdout
             print(f"test ({step} steps): {_fmt(res)}", flush=True)
     if run.task.generates and t_cfg.sample_length:
         result["sample"] = _sample(config, run, state["params"], primary)
+        writer.write_text("sample", _describe(run, t_cfg, result["sample"]), step)
     result["train_seconds"] = time.perf_counter() - t_start
     if primary:
         (workdir / "result.json").write_text(json.dumps(result, indent=2) + "\n")
@@ -360,5 +395,37 @@ def _sample(config, run, params, primary: bool) -> str:
     return text
 
 
+def _describe(run, t_cfg, text: str) -> str:
+    return run.task.describe_sample(t_cfg.sample_prompt, text)
+
+
 def _fmt(res: dict) -> str:
-    return ", ".join(f"{k}={v:.4f}" for k, v in res.items() if isinstance(v, float | np.floating))
+    return console.format_metrics(res)
+
+
+def _banners_to_stderr():
+    """TFDS prints its "Downloading and preparing dataset" banners to stdout, which is for
+    results: while data are prepared they become log lines (stderr)."""
+    return console.library_prints_to_log()
+
+
+def _finished_result(workdir, ckpt, num_steps: int) -> dict | None:
+    """The recorded result of a run that already finished (``result.json`` of step
+    ``num_steps`` and its checkpoint), else None: a rerun of a finished run reports it
+    instead of evaluating again (and writing a second ``test/*`` point)."""
+    path = workdir / "result.json"
+    if ckpt.latest_step() != num_steps or not path.exists():
+        return None
+    try:
+        result = json.loads(path.read_text())
+    except ValueError:
+        return None
+    if result.get("step") != num_steps or result.get("stopped") != "done":
+        return None
+    logging.info(
+        "the run in %s already finished (step %d); its result is in %s (delete it to evaluate "
+        "again, or raise config.train.num_steps to train on)", workdir, num_steps, path
+    )  # fmt: skip
+    if jax.process_index() == 0 and result.get("test"):
+        print(f"test ({num_steps} steps): {_fmt(result['test'])}", flush=True)
+    return result

@@ -20,6 +20,7 @@ import numpy as np
 import tqdm
 
 from seqjax import environment
+from seqjax.console import BOOKKEEPING
 from seqjax.train import paths
 
 
@@ -30,6 +31,11 @@ def bits(nats_per_token: float) -> float:
 
 class MetricWriter:
     """Appends ``{"step": s, ...}`` lines to ``metrics.jsonl`` and scalars to TensorBoard.
+
+    TensorBoard also gets the config (text and hparams, ``write_config``) and the samples
+    (``write_text``); the sums the metrics are divided by (``count``, ``weight_sum``:
+    ``seqjax.console.BOOKKEEPING``) go there under ``bookkeeping/``, apart from the metrics
+    (``metrics.jsonl`` keeps them with the metrics).
 
     Only the primary process writes; other processes get a no-op writer.
     """
@@ -72,12 +78,50 @@ class MetricWriter:
         self._reopen_if_moved()
         self._file.write(json.dumps({"step": int(step), "time": time.time(), **clean}) + "\n")
         for k, v in clean.items():
-            self._tb.add_scalar(k, v, step)
+            bookkeeping = k[len(prefix) :] in BOOKKEEPING
+            self._tb.add_scalar(f"bookkeeping/{k}" if bookkeeping else k, v, step)
+
+    def write_text(self, tag: str, text: str, step: int) -> None:
+        """A text (a sample, a translation) at ``step`` (TensorBoard's Text tab)."""
+        if self.enabled:
+            self._tb.add_text(tag, _markdown_code(text), step)
+
+    def write_config(self, config) -> None:
+        """The config as text (``config``) and its scalar fields as hparams (HParams tab,
+        against the validation and test loss and accuracy)."""
+        if not self.enabled:
+            return
+        from tensorboardX.summary import hparams
+
+        self._tb.add_text("config", _markdown_code(config.to_json_best_effort(indent=2)), 0)
+        flat = _flatten(json.loads(config.to_json_best_effort()))
+        hp = {k: v if isinstance(v, bool | int | float | str) else json.dumps(v)
+              for k, v in flat.items()}  # fmt: skip
+        metric_tags = [f"{split}/{m}" for split in ("validation", "test")
+                       for m in ("loss", "accuracy")]  # fmt: skip
+        file_writer = self._tb._get_file_writer()
+        for summary in hparams(hp, {tag: float("nan") for tag in metric_tags}):
+            file_writer.add_summary(summary)
 
     def close(self) -> None:
         if self.enabled:
             self._file.close()
             self._tb.close()
+
+
+def _markdown_code(text: str) -> str:
+    """Text shown as is by TensorBoard's markdown renderer (indented code block)."""
+    return "\n".join("    " + line for line in str(text).splitlines()) or "    (empty)"
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        elif v is not None:
+            out[f"{prefix}{k}"] = v
+    return out
 
 
 def read_metrics(workdir: str) -> list[dict]:

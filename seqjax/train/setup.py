@@ -15,12 +15,12 @@ import jax
 import ml_collections
 import optax
 
+from seqjax import console, tasks
 from seqjax import data as data_lib
-from seqjax import tasks
 from seqjax.data import pipeline
 from seqjax.models import memory
 from seqjax.models.transformer import TransformerConfig
-from seqjax.train import checkpoint, config_validation, optim, paths, sharding, state
+from seqjax.train import checkpoint, config_validation, extensions, optim, paths, sharding, state
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,10 +73,12 @@ class Run:
 
 def build(config, *, validate: bool = True) -> Run:
     """Validates ``config`` (before anything compiles) and builds the job's pieces."""
+    extensions.import_modules(config.get("imports") or ())  # extension mechanisms, tasks
     if validate:
         config_validation.validate(config)
     mesh = sharding.make_mesh(config.mesh)
-    info = data_lib.info(config.data)
+    with console.library_prints_to_log():  # TFDS banners: stdout is for results
+        info = data_lib.info(config.data)
     task = tasks.for_run(config, info)
     model_cfg = task.model_config(config, info)
     rec = memory.recurrence(config)

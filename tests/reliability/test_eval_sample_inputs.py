@@ -74,6 +74,34 @@ def test_length_over_the_window():
     cli_inputs.check_window(4, 500, 64, True)  # Transformer-XL: memory, no window
 
 
+def test_a_prompt_longer_than_the_model_names_its_length():
+    msg = _input_error(cli_inputs.check_window, 70, 10, 64, False)
+    assert "--prompt is 70 tokens long" in msg and "model.max_len=64" in msg
+    assert "--length <= 0" not in msg
+    msg = _input_error(cli_inputs.check_window, 64, 0, 64, False)  # no room for one token
+    assert "--prompt is 64 tokens long" in msg
+
+
+@pytest.mark.parametrize(
+    "top_k,top_p,expected", [(-1, 1.0, "top_k (--top_k) = -1"), (0, 1.5, "top_p (--top_p) = 1.5")]
+)
+def test_top_k_top_p_flags(top_k, top_p, expected):
+    msg = _input_error(cli_inputs.check_sampling_flags, 10, 0.8, top_k, top_p)
+    assert expected in msg
+    cli_inputs.check_sampling_flags(10, 0.8, 20, 0.9)
+
+
+def test_top_k_top_p_reach_the_sampler(monkeypatch):
+    """``python -m seqjax.sample --top_k/--top_p`` -> ``Task.sample`` -> ``sample_text``."""
+    from seqjax import tasks
+    from seqjax.train import sampling
+
+    seen = {}
+    monkeypatch.setattr(sampling, "sample_text", lambda *a, **kw: seen.update(kw) or "x")
+    assert tasks.get("lm").sample(None, None, "p", 3, temperature=0.5, top_k=7, top_p=0.9) == "x"
+    assert seen == {"temperature": 0.5, "top_k": 7, "top_p": 0.9, "seed": 0}
+
+
 @pytest.mark.parametrize("unk", [True, False])
 def test_prompt_characters_outside_the_vocabulary(unk, capsys):
     v = Vocab("chars", tuple(sorted(map(ord, "abcdef "))), unk)
