@@ -17,6 +17,7 @@ from seqjax.tasks.base import Task
 _REGISTRY: dict[str, Task] = {}
 # The tasks that ship with seqjax, imported on first use (each module registers itself).
 BUILTIN = ("seqjax.tasks.lm", "seqjax.tasks.classification", "seqjax.tasks.seq2seq")
+BUILTIN += ("seqjax.tasks.image_generation",)
 
 
 def _load_builtin() -> None:
@@ -71,7 +72,7 @@ def for_data_config(data_config) -> Task | None:
     _load_builtin()
     name = data_config.get("name")
     for task in _REGISTRY.values():
-        if name in task.datasets:
+        if name in task.datasets and task.handles(data_config):
             return task
     return None
 
