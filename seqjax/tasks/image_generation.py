@@ -88,7 +88,7 @@ class ImageGeneration(base.Task):
             if why:
                 bad("model.attention", m.attention,
                     f"causal mechanisms only for image generation (each sub-pixel is predicted "
-                    f"from the previous ones); {name!r} has no causal form: {why}")  # fmt: skip
+                    f"from the previous ones), and {name!r} has no causal form")  # fmt: skip
             stride = (options.get(name, {}) or {}).get("stride") if name in SPARSE else None
             if stride is not None and (not isinstance(stride, int) or stride < 1 or row % stride):
                 bad(f"model.attention_options.{name}.stride", stride,

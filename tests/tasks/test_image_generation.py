@@ -98,3 +98,52 @@ def test_sampled_grid_is_a_real_png_of_the_right_size(tmp_path, monkeypatch):
     gray = image_grid.grid(cached[..., :1], pad=0)
     image_grid.write_png(tmp_path / "gray.png", gray)
     assert matplotlib.image.imread(tmp_path / "gray.png").shape[:2] == (8, 12)
+
+
+def _config(variant="smoke", **fields):
+    from seqjax.configs import common
+    from tests.conftest import REPO
+
+    module = common.load_file(REPO / "configs" / "image_fashion_mnist.py", name="cfg_img")
+    config = module.get_config(variant)
+    config.mesh.data = 1
+    for dotted, value in fields.items():
+        node = config
+        *parents, leaf = dotted.split(".")
+        for p in parents:
+            node = node[p]
+        node[leaf] = value
+    return config
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"model.attention": "linformer"}, "model.attention='linformer' is invalid; valid: causal"),
+        ({"model.attention": "sparse_strided", "model.attention_options.sparse_strided.stride": 5},
+         r"sparse_strided.stride=5 is invalid; valid: a divisor of the image row, 28"),
+        ({"data.name": "pystdlib", "data.image_task": "classification"},
+         "model.positional='axial' is invalid; valid: 'axial' only with image data"),
+        ({"data.image_task": "classification", "model.pooling": "cls", "model.max_len": 785},
+         "model.pooling='cls' is invalid; valid: 'mean' with model.positional='axial'"),
+    ],
+)  # fmt: skip
+def test_bad_configs_are_one_sentence_before_compiling(fields, message):
+    from seqjax.train import config_validation
+
+    with pytest.raises(config_validation.ConfigError, match=message):
+        config_validation.validate(_config(**fields))
+
+
+def test_tasks_of_one_image_set_and_the_row_stride_default():
+    from seqjax.data import images
+
+    assert tasks.for_data_config(_config().data).name == "image_generation"
+    classify = _config(**{"data.image_task": "classification"})
+    assert tasks.for_data_config(classify.data).name == "classification"
+    config = _config(**{"model.attention": "sparse_fixed"})
+    del config.model.attention_options["sparse_fixed"]["stride"]
+    info = type("Info", (), dict(vocab_size=257, pad_id=None, image_shape=(28, 28, 1)))
+    cfg = tasks.get("image_generation").model_config(config, info)
+    assert dict(cfg.attention[0][1])["stride"] == 28 and cfg.axial_shape == (28, 28, 1)
+    assert images.SPECS["fashion_mnist"].num_dims == 784
