@@ -211,16 +211,15 @@ class PixelSequences(pipeline.Classification):
 
 
 def encode(text: str) -> np.ndarray:
-    """Space-separated 8-bit values -> int32 ids `[n]` (the prompt form of `seqjax.sample`)."""
-    ids = np.array([int(w) for w in text.split()], dtype=np.int32)
-    if ids.size and (ids.min() < 0 or ids.max() >= NUM_LEVELS):
-        raise ValueError(f"pixel values must be in 0..{NUM_LEVELS - 1}; got {text[:40]!r}")
-    return ids
+    """Text -> int32 ids `[n]`: each UTF-8 byte is the 8-bit value of one sub-pixel (so any
+    prompt round-trips; `seqjax.sample` passes the PNG path of the grid as the prompt)."""
+    return np.frombuffer(text.encode("utf-8"), np.uint8).astype(np.int32)
 
 
 def decode(ids) -> str:
-    """Ids -> space-separated values (BOS dropped)."""
-    return " ".join(str(int(i)) for i in np.asarray(ids).reshape(-1) if int(i) != BOS_ID)
+    """Ids -> text (`encode`'s inverse; BOS dropped)."""
+    ids = np.asarray(ids).reshape(-1)
+    return bytes(ids[ids != BOS_ID].astype(np.uint8).tolist()).decode("utf-8", errors="replace")
 
 
 def image_task(cfg) -> str:
