@@ -35,7 +35,7 @@ from seqjax.data.vocab import Vocab
 SPLITS = ("train", "validation", "test")
 # Input length of the classification sets when config.data.max_len is None (LRA's lengths).
 DEFAULT_MAX_LEN = {"imdb_bytes": 4096, "listops": 2048}
-DEFAULT_MAX_LEN.update({n: s.num_dims for n, s in images.SPECS.items()})  # images: all pixels
+DEFAULT_MAX_LEN.update({n: s.num_pixels for n, s in images.SPECS.items()})  # images: all pixels
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,7 +24,10 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import hashlib
+import io
 import math
+import pickle
+import tarfile
 import zlib
 from pathlib import Path
 
@@ -53,12 +56,17 @@ class ImageSpec:
         return (self.height, self.width, self.channels)
 
     @property
+    def num_pixels(self) -> int:
+        """H * W: the classification sequence length (RGB is converted to grayscale)."""
+        return self.height * self.width
+
+    @property
     def num_dims(self) -> int:
         """D: sub-pixels per image (the generation sequence length)."""
         return self.height * self.width * self.channels
 
 
-SPECS = {"fashion_mnist": ImageSpec(28, 28, 1, 10)}
+SPECS = {"fashion_mnist": ImageSpec(28, 28, 1, 10), "cifar10": ImageSpec(32, 32, 3, 10)}
 IMAGE_DATASETS = tuple(SPECS)
 FASHION_MNIST_CLASSES = (
     "t-shirt/top", "trouser", "pullover", "dress", "coat",
@@ -187,6 +195,115 @@ class SeqjaxFashionMnist(_ClassificationBuilder):
         }
 
 
+# ---------------------------------------------------------------------------------- CIFAR-10
+
+CIFAR10_FILE = "cifar-10-python.tar.gz"
+CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer",
+                   "dog", "frog", "horse", "ship", "truck")  # fmt: skip
+CIFAR10_VALIDATION = 5_000
+sources.KNOWN_SOURCES.setdefault(
+    CIFAR10_FILE,
+    sources.KnownSource(
+        CIFAR10_FILE,
+        "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
+        "6d958be074577803d12ecdefd02955f39262c83c16fe9348329d7fe0b5c001ce",
+        170_498_071,
+        "CIFAR-10 python version (Krizhevsky 2009)",
+    ),
+)
+
+
+class _ArraysOnly(pickle.Unpickler):
+    """Unpickles the CIFAR batches (dicts of bytes, lists and numpy arrays) and nothing else:
+    no other global can be loaded, so a foreign pickle cannot run code."""
+
+    ALLOWED = {
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("_codecs", "encode"),
+    }  # fmt: skip  (bytes in Python 3 protocol-2 pickles)
+
+    def find_class(self, module, name):
+        if (module, name) not in self.ALLOWED:
+            raise pickle.UnpicklingError(f"global {module}.{name} is not allowed")
+        return super().find_class(module, name)
+
+
+def read_cifar_batch(data: bytes, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """One CIFAR-10 python batch -> (images uint8 `[n, 32, 32, 3]`, labels `[n]`).
+
+    The release stores `data` as `[n, 3072]` rows of 1,024 R, then G, then B values in raster
+    order; they are reordered to channels innermost.
+    """
+    try:
+        batch = _ArraysOnly(io.BytesIO(data), encoding="bytes").load()
+        x, y = np.asarray(batch[b"data"]), np.asarray(batch[b"labels"])
+    except Exception as e:  # noqa: BLE001 - any unpickling failure is the same bad file
+        raise sources.DataError(
+            f"{where} is not a CIFAR-10 python batch (a pickled dict with b'data' uint8 "
+            f"[n, 3072] and b'labels'): {type(e).__name__}: {e}"
+        ) from None
+    if x.dtype != np.uint8 or x.ndim != 2 or x.shape[1] != 3072 or len(y) != len(x):
+        raise sources.DataError(
+            f"{where}: data {x.dtype}{list(x.shape)} and {len(y)} labels; expected uint8 "
+            "[n, 3072] and one label per row (the CIFAR-10 python release)."
+        )
+    return x.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), y.astype(np.int64)
+
+
+class SeqjaxCifar10(_ClassificationBuilder):
+    """CIFAR-10 (Krizhevsky 2009) from the python-pickle release: 32x32 RGB, 10 classes;
+    train = the first 45,000 training images (data_batch_1..5 in order), validation = the
+    last 5,000 (LRA's 45k/test setup plus a held-out validation), test = test_batch."""
+
+    ABOUT = "CIFAR-10 as 3,072 uint8 sub-pixels (raster order, RGB innermost); 45k/5k/10k."
+    LABEL_NAMES = CIFAR10_CLASSES
+    MANUAL_DOWNLOAD_INSTRUCTIONS = f"Put {CIFAR10_FILE} in config.data.manual_dir."
+
+    def _split_generators(self, dl_manager):
+        path = sources.find_source(
+            [CIFAR10_FILE],
+            dataset="cifar10",
+            manual_dir=self._options.manual_dir,
+            dl_manager=dl_manager,
+            download=self._options.download,
+        )
+        digest = sources.check_sha256(path, accept_mismatch=self._options.accept_checksum_mismatch)
+        wanted = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
+        found = {}
+        try:
+            with tarfile.open(path, "r:gz") as tar:
+                for member in tar:
+                    base = member.name.rsplit("/", 1)[-1]
+                    if member.isfile() and base in wanted:
+                        found[base] = tar.extractfile(member).read()
+        except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
+            raise sources.DataError(f"{path} is not a readable .tar.gz ({e}).") from e
+        missing = [w for w in wanted if w not in found]
+        if missing:
+            raise sources.DataError(
+                f"{path} lacks {', '.join(missing)}; it is not the CIFAR-10 python release "
+                f"({CIFAR10_FILE}: cifar-10-batches-py/data_batch_1..5, test_batch)."
+            )
+        parts = {w: read_cifar_batch(found[w], f"{path}:{w}") for w in wanted}
+        for w, (x, y) in parts.items():
+            check_images(x, y, 10, (32, 32, 3), f"{path}:{w}")
+        x = np.concatenate([parts[w][0] for w in wanted[:5]])
+        y = np.concatenate([parts[w][1] for w in wanted[:5]])
+        cut = len(x) - CIFAR10_VALIDATION
+        if cut < 1:
+            raise sources.DataError(f"{path}: too few training images ({len(x)}) for validation")
+        splits = {"train": (x[:cut], y[:cut]), "validation": (x[cut:], y[cut:]),
+                  "test": parts["test_batch"]}  # fmt: skip
+        self.info.metadata.update(fingerprint=digest, known_sha256=sources.known_sha256(path))
+        return {
+            k: self._generate_examples((im.tobytes(), int(lab)) for im, lab in zip(*v))
+            for k, v in splits.items()
+        }
+
+
 # ---------------------------------------------------------------------------------- batches
 
 
@@ -208,6 +325,21 @@ class PixelSequences(pipeline.Classification):
             "targets": x_bD,
             "weights": weights_bD,
         }
+
+
+class GrayPixels(pipeline.Classification):
+    """Classification batches of RGB images as grayscale pixel sequences (LRA Image:
+    `tf.image.rgb_to_grayscale`, ITU-R 601 luma 0.2989 R + 0.5870 G + 0.1140 B, rounded):
+    `inputs [b, H * W]` in 0..255."""
+
+    def __init__(self, source, size: int, num_dims: int, seed, *layout):
+        super().__init__(source, size, num_dims, 0, seed, *layout)
+
+    def __call__(self, step):
+        b = super().__call__(step)
+        rgb_bP3 = b["inputs"].reshape(len(b["inputs"]), -1, 3).astype(np.float32)
+        gray_bP = np.rint(rgb_bP3 @ np.array([0.2989, 0.5870, 0.1140], np.float32))
+        return {**b, "inputs": np.clip(gray_bP, 0, 255).astype(np.int32)}
 
 
 def encode(text: str) -> np.ndarray:
@@ -232,8 +364,8 @@ def config_problems(cfg, bad) -> None:
     if image_task(cfg) not in IMAGE_TASKS:
         bad("image_task", cfg.get("image_task"), "'classification' or 'generation'")
     spec = SPECS[cfg.name]
-    if cfg.get("max_len") and int(cfg.max_len) != spec.num_dims:
-        bad("max_len", cfg.max_len, f"None or {spec.num_dims} (the pixels of a {cfg.name} image)")
+    if cfg.get("max_len") and int(cfg.max_len) != spec.num_pixels:
+        bad("max_len", cfg.max_len, f"None or {spec.num_pixels} (the pixels of a {cfg.name} image)")
 
 
 def info_fields(cfg, key, store) -> dict:
@@ -241,17 +373,18 @@ def info_fields(cfg, key, store) -> dict:
     spec = SPECS[cfg.name]
     splits = store.builder(key).info.splits
     sizes = {s: splits[s].num_examples for s in ("train", "validation", "test")}
+    generate = image_task(cfg) == "generation"
     common = dict(
         name=cfg.name,
-        seq_len=spec.num_dims,
+        seq_len=spec.num_dims if generate else spec.num_pixels,
         pad_id=None,
         fingerprint=store.metadata(key)["fingerprint"],
         split_sizes=sizes,
         encode=encode,
         decode=decode,
-        image_shape=spec.shape,
+        image_shape=spec.shape if generate else (spec.height, spec.width, 1),
     )
-    if image_task(cfg) == "generation":
+    if generate:
         return dict(task="image_generation", vocab_size=NUM_LEVELS + 1, num_classes=None,
                     bos_id=BOS_ID, **common)  # fmt: skip
     return dict(
@@ -266,6 +399,8 @@ def maker(cfg, split: str, train: bool, layout, key, source, store):
     seed = int(cfg.seed) if train else None
     if image_task(cfg) == "generation":
         m = PixelSequences(source, n, spec.num_dims, seed, *layout)
+    elif spec.channels == 3:
+        m = GrayPixels(source, n, spec.num_dims, seed, *layout)
     else:
         m = pipeline.Classification(source, n, spec.num_dims, 0, seed, *layout)
     extra = dict(image_task=image_task(cfg), fingerprint=store.metadata(key)["fingerprint"])

@@ -32,6 +32,7 @@ TFDS_NAMES = {
     "translation_jsonl": "seqjax_translation_jsonl",
     "wmt14_ende": "seqjax_wmt14_ende",
     "fashion_mnist": "seqjax_fashion_mnist",
+    "cifar10": "seqjax_cifar10",
 }
 _BUILDERS = {
     "seqjax_pystdlib": corpora.SeqjaxPystdlib,
@@ -43,6 +44,7 @@ _BUILDERS = {
     "seqjax_translation_jsonl": translation.SeqjaxTranslationJsonl,
     "seqjax_wmt14_ende": wmt14.SeqjaxWmt14Ende,
     "seqjax_fashion_mnist": images.SeqjaxFashionMnist,
+    "seqjax_cifar10": images.SeqjaxCifar10,
 }
 
 

@@ -167,10 +167,10 @@ class ImageGeneration(base.Task):
         )
         path = prompt.strip() if prompt.strip().endswith(".png") else "samples.png"
         image_grid.write_png(path, image_grid.grid(pixels))
-        return f"wrote {n} sampled images as a grid to {path}"
+        return f"\nwrote {n} sampled images as a grid to {path}"
 
     def describe_sample(self, prompt: str, text: str) -> str:
-        return text
+        return text.strip()
 
 
 TASK = registry.register(ImageGeneration())

@@ -156,3 +156,60 @@ def test_real_fashion_mnist(shared_data, make_cfg, tmp_path):
     assert info.split_sizes == {"train": 55_000, "validation": 5_000, "test": 10_000}
     labels = np.concatenate([b["targets"] for b in sd.make(cfg, split="test", train=False)])
     assert np.bincount(labels[:10_000], minlength=10).tolist() == [1000] * 10
+
+
+def write_cifar10(path: Path, per_batch: int = 1_010, n_test: int = 12) -> dict:
+    """A small `cifar-10-python.tar.gz` of the release's format: pickled dicts with
+    b'data' uint8 [n, 3072] (R plane, G plane, B plane) and b'labels'."""
+    import io
+    import pickle
+    import tarfile
+
+    rng = np.random.default_rng(1)
+    out = {}
+    with tarfile.open(path, "w:gz") as tar:
+        for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+            n = n_test if name == "test_batch" else per_batch
+            batch = {b"batch_label": name.encode(), b"labels": rng.integers(0, 10, n).tolist(),
+                     b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+                     b"filenames": [b"x.png"] * n}  # fmt: skip
+            data = pickle.dumps(batch, protocol=2)
+            info = tarfile.TarInfo(f"cifar-10-batches-py/{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+            out[name] = batch
+    return out
+
+
+def test_cifar10_rgb_for_generation_and_lra_grayscale_for_classification(tmp_path, make_cfg):
+    batches = write_cifar10(tmp_path / "cifar-10-python.tar.gz")
+    cfg = make_cfg(name="cifar10", manual_dir=str(tmp_path), accept_checksum_mismatch=True,
+                   data_dir=str(tmp_path / "tfds"), batch_size=4)  # fmt: skip
+    info = sd.info(cfg)
+    assert (info.seq_len, info.vocab_size, info.num_classes) == (1024, 256, 10)
+    assert info.split_sizes == {"train": 50, "validation": 5_000, "test": 12}
+    test = batches["test_batch"]
+    planes = test[b"data"][:4].reshape(4, 3, 1024).astype(np.float64)
+    gray = np.rint(0.2989 * planes[:, 0] + 0.5870 * planes[:, 1] + 0.1140 * planes[:, 2])
+    batch = next(iter(sd.make(cfg, split="test", train=False)))
+    assert np.abs(batch["inputs"] - gray).max() <= 1  # float32 vs float64 rounding
+    np.testing.assert_array_equal(batch["targets"], test[b"labels"][:4])
+    cfg.image_task = "generation"
+    assert sd.info(cfg).seq_len == 3072 and sd.info(cfg).image_shape == (32, 32, 3)
+    batch = next(iter(sd.make(cfg, split="test", train=False)))
+    rgb = test[b"data"][:4].reshape(4, 3, 32, 32).transpose(0, 2, 3, 1).reshape(4, 3072)
+    np.testing.assert_array_equal(batch["targets"], rgb)  # raster order, R G B innermost
+
+
+def test_cifar10_refuses_foreign_pickles_and_wrong_archives(tmp_path):
+    import pickle
+
+    class Evil:
+        def __reduce__(self):
+            return (print, ("pwned",))
+
+    with pytest.raises(sources.DataError, match="not a CIFAR-10 python batch"):
+        images.read_cifar_batch(pickle.dumps({b"data": Evil()}), "x")
+    with pytest.raises(sources.DataError, match=r"expected uint8 \[n, 3072\]"):
+        images.read_cifar_batch(pickle.dumps({b"data": np.zeros((2, 10), np.uint8),
+                                              b"labels": [0, 1]}), "x")  # fmt: skip
