@@ -29,3 +29,20 @@ def test_images_experiment_smoke(tmp_path):
         assert 0 < r["validation_bits_per_dim"] < 9
         assert (tmp_path / "out" / r["sample_grid"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "bits/dim" in (tmp_path / "out" / "results.md").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data/fashion_mnist not found")
+@pytest.mark.parametrize("config_file", ["lra_image.py", "image_fashion_mnist.py"])
+def test_image_config_smoke_variants_train(tmp_path, monkeypatch, config_file):
+    from seqjax import main as seqjax_main
+    from seqjax.configs import common
+
+    monkeypatch.setenv("SEQJAX_TFDS_DIR", str(tmp_path / "tfds"))
+    monkeypatch.chdir(REPO)
+    config = common.load_file(REPO / "configs" / config_file, "smoke_cfg").get_config("smoke")
+    config.mesh.data = 1
+    result = seqjax_main.train(config, str(tmp_path / "work"))
+    assert result["step"] == config.train.num_steps
+    metrics = (tmp_path / "work" / "metrics.jsonl").read_text()
+    assert ("validation/bits_per_dim" in metrics) == (config.data.image_task == "generation")
