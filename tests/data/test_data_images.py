@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import seqjax.data as sd
-from seqjax.data import images, sources
+from seqjax.data import images, sources, store
 
 N_TRAIN, N_TEST = images.FASHION_MNIST_VALIDATION + 40, 24
 
@@ -144,13 +144,19 @@ def test_bad_inputs(tmp_path, make_cfg):
     cfg.manual_dir, cfg.accept_checksum_mismatch = str(tmp_path / "src2"), False
     with pytest.raises(sources.ChecksumMismatchError, match="accept_checksum_mismatch"):
         sd.info(cfg)
+    cfg.accept_checksum_mismatch = True
+    sd.info(cfg)  # prepared from unknown files: reused only with the flag again
+    cfg.accept_checksum_mismatch = False
+    store.builder.cache_clear()
+    with pytest.raises(sources.ChecksumMismatchError, match="prepared data"):
+        sd.info(cfg)
 
 
 @pytest.mark.slow
 def test_real_fashion_mnist(shared_data, make_cfg, tmp_path):
     folder = shared_data / "fashion_mnist"
     for name, sha in images.FASHION_MNIST_FILES.items():
-        assert hashlib.sha256((folder / name).read_bytes()).hexdigest() == sha
+        assert hashlib.sha256((folder / name).read_bytes()).hexdigest() == sha[0]
     cfg = make_cfg(name="fashion_mnist", manual_dir=str(shared_data), data_dir=str(tmp_path))
     info = sd.info(cfg)
     assert info.split_sizes == {"train": 55_000, "validation": 5_000, "test": 10_000}
