@@ -19,10 +19,12 @@ from pathlib import Path
 
 import numpy as np
 
+import seqjax.data.images as images
 from seqjax.data import listops, objectives, packing, pipeline, seq2seq, store, subword
 from seqjax.data.config import (
     CLASSIFICATION_DATASETS,
     DATASETS,
+    IMAGE_DATASETS,
     SEQ2SEQ_DATASETS,
     TRANSLATION_DATASETS,
     VOCABS,
@@ -33,6 +35,7 @@ from seqjax.data.vocab import Vocab
 SPLITS = ("train", "validation", "test")
 # Input length of the classification sets when config.data.max_len is None (LRA's lengths).
 DEFAULT_MAX_LEN = {"imdb_bytes": 4096, "listops": 2048}
+DEFAULT_MAX_LEN.update({n: s.num_pixels for n, s in images.SPECS.items()})  # images: all pixels
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +60,7 @@ class DataInfo:
       source_lang, target_lang: translation languages, else None.
       mask_id: `config.data.objective='mlm'`: the [MASK] id appended past the data's own
         vocabulary (`seqjax.data.objectives`), else None.
+      image_shape: images: `(height, width, channels)` of the raster-order sequence, else None.
     """
 
     name: str
@@ -77,6 +81,7 @@ class DataInfo:
     source_lang: str | None = None
     target_lang: str | None = None
     mask_id: int | None = None  # objective='mlm': the [MASK] id (= the data's vocab size)
+    image_shape: tuple | None = None
 
 
 def _is_int(x) -> bool:
@@ -139,6 +144,8 @@ def config_problems(cfg) -> list[tuple[str, object, str]]:
         pair = (cfg.get("source_lang"), cfg.get("target_lang") or None)
         if pair not in (("en", "de"), ("en", None), ("de", "en"), ("de", None)):
             bad("source_lang", pair[0], "'en' (target_lang 'de' or None) or 'de' (target 'en')")
+    if name in IMAGE_DATASETS:
+        images.config_problems(cfg, bad)
     if cfg.get("lm_batching") not in ("random", "stream"):
         bad("lm_batching", cfg.get("lm_batching"), "'random' or 'stream'")
     for field in ("batch_size", "seq_len"):
@@ -222,6 +229,8 @@ def info(cfg) -> DataInfo:
             encode=lambda s: np.array(s.split(), dtype=np.int32),
             decode=lambda ids: " ".join(str(int(i)) for i in np.asarray(ids).reshape(-1)),
         )
+    if name in IMAGE_DATASETS:
+        return DataInfo(**images.info_fields(cfg, store.dataset_key(cfg), store))
     key = store.dataset_key(cfg)
     meta = store.metadata(key)
     common = dict(name=name, fingerprint=meta["fingerprint"])
@@ -403,6 +412,12 @@ def make(cfg, *, split: str, process_index: int = 0, process_count: int = 1, tra
         )
         num_steps = None if train else math.ceil(size / B)
         spec.update(seq_len=T, dup_vocab_size=int(cfg.dup_vocab_size))
+    elif name in IMAGE_DATASETS:
+        key = store.dataset_key(cfg)
+        maker, num_steps, extra = images.maker(
+            cfg, split, train, layout, key, _Source(key, split), store
+        )
+        spec.update(extra)
     elif name in CLASSIFICATION_DATASETS:
         key = store.dataset_key(cfg)
         tfds_split = _tfds_split(cfg, split)

@@ -26,11 +26,15 @@ DATASETS = (
     "wmt14_ende",
     "copy",
     "reverse",
+    "fashion_mnist",
+    "cifar10",
 )
 LM_DATASETS = ("pystdlib", "text_file", "enwik8", "text8", "duplication")
 CLASSIFICATION_DATASETS = ("listops", "imdb_bytes")
 TRANSLATION_DATASETS = ("translation_jsonl", "wmt14_ende")
 SEQ2SEQ_DATASETS = (*TRANSLATION_DATASETS, "copy", "reverse")
+# Images (seqjax.data.images): pixel-sequence classification or generation (data.image_task).
+IMAGE_DATASETS = ("fashion_mnist", "cifar10")
 VOCABS = ("bytes", "chars", "sentencepiece")
 
 
@@ -119,6 +123,9 @@ def default_config() -> ml_collections.ConfigDict:
     c.heldout_fraction = 0.01
     # copy/reverse: number of ids including the 4 special ones (symbols 4..copy_vocab_size-1).
     c.copy_vocab_size = 32
+    # Images (fashion_mnist, cifar10): 'classification' (one token per 8-bit pixel, LRA Image) or
+    # 'generation' (raster-order sub-pixels, loss in bits/dim; the 'image_generation' task).
+    c.image_task = "classification"
     # grain worker processes (0: batches are made in this process); batches do not depend on it.
     c.num_workers = 0
     # Batches prepared ahead of the training loop (grain prefetch buffer).

@@ -17,6 +17,7 @@ import os
 import numpy as np
 import tensorflow_datasets as tfds
 
+import seqjax.data.images as images
 from seqjax.data import classification, corpora, listops, sources, subword, translation, wmt14
 from seqjax.data import vocab as vocab_lib
 
@@ -30,6 +31,8 @@ TFDS_NAMES = {
     "imdb_bytes": "seqjax_imdb_bytes",
     "translation_jsonl": "seqjax_translation_jsonl",
     "wmt14_ende": "seqjax_wmt14_ende",
+    "fashion_mnist": "seqjax_fashion_mnist",
+    "cifar10": "seqjax_cifar10",
 }
 _BUILDERS = {
     "seqjax_pystdlib": corpora.SeqjaxPystdlib,
@@ -40,6 +43,8 @@ _BUILDERS = {
     "seqjax_imdb_bytes": classification.SeqjaxImdbBytes,
     "seqjax_translation_jsonl": translation.SeqjaxTranslationJsonl,
     "seqjax_wmt14_ende": wmt14.SeqjaxWmt14Ende,
+    "seqjax_fashion_mnist": images.SeqjaxFashionMnist,
+    "seqjax_cifar10": images.SeqjaxCifar10,
 }
 
 

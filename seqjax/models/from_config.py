@@ -55,6 +55,7 @@ def transformer_config(config, info, *, causal: bool, num_classes: int = 0) -> T
         num_classes=num_classes,
         pooling=m.pooling,
         pad_id=info.pad_id,
+        axial_shape=tuple(getattr(info, "image_shape", None) or ()),
     )
 
 

@@ -74,6 +74,33 @@ def sinusoidal_positions(length: int, width: int) -> np.ndarray:
     return pe
 
 
+class AxialPositions(nn.Module):
+    """Learned axial positional embeddings of a raster-order image sequence: position
+    ``p`` of an ``[H, W, C]`` image (channels innermost) gets ``row[r] + col[c] + chan[k]``
+    with ``k = p mod C``, ``r, c = divmod(p // C, W)`` (Ho et al. 2019, "Axial Attention",
+    §3.1; the Reformer's axial embeddings factor positions the same way, Kitaev et al.
+    2020 §5). ``H + W + C`` vectors of width E instead of ``H W C``.
+
+    Legend: B batch, T positions, E model width.
+    """
+
+    shape: tuple  # (H, W, C)
+    width: int
+
+    @nn.compact
+    def __call__(self, positions_BT):
+        h, w, c = self.shape
+        init = nn.with_logical_partitioning(nn.initializers.normal(0.02), ("length", "embed"))
+        row_HE = self.param("row", init, (h, self.width))
+        col_WE = self.param("col", init, (w, self.width))
+        pixel_BT, chan_BT = jnp.divmod(positions_BT, c)
+        r_BT, c_BT = jnp.divmod(pixel_BT, w)
+        out_BTE = row_HE[r_BT] + col_WE[c_BT]
+        if c > 1:
+            out_BTE = out_BTE + self.param("chan", init, (c, self.width))[chan_BT]
+        return out_BTE
+
+
 class HeadsProjection(nn.Module):
     """``[B, T, E] -> [B, T, H, D]`` with a kernel stored as ``[E, H, D]``.
 

@@ -21,6 +21,7 @@ from seqjax.models import layers
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 POSITIONALS = ("sinusoidal", "learned", "none")
+POSITIONALS += ("axial",)  # row + column (+ channel) of image data (layers.AxialPositions)
 POOLINGS = ("mean", "cls")
 
 
@@ -37,7 +38,7 @@ class TransformerConfig:
       dropout_rate: residual/embedding dropout; attention_dropout_rate: on probabilities.
       attention: per-layer cycle of ``(mechanism name, frozen options)``; layer i uses
         ``attention[i % len(attention)]``.
-      positional: "sinusoidal" | "learned" | "none".
+      positional: "sinusoidal" | "learned" | "none" | "axial" (images: ``axial_shape``).
       tie_embeddings: output logits use the token embedding matrix.
       dtype: compute dtype name ("float32" | "bfloat16"); parameters stay float32.
       ff_chunk_size: apply the MLP to chunks of this many positions (0 = whole sequence).
@@ -68,6 +69,7 @@ class TransformerConfig:
     num_classes: int = 0
     pooling: str = "mean"
     pad_id: int | None = 0
+    axial_shape: tuple = ()  # positional="axial": the data's image (H, W, C)
 
     def __post_init__(self):
         checks = {
@@ -78,6 +80,12 @@ class TransformerConfig:
         for field, (value, valid) in checks.items():
             if value not in valid:
                 raise ValueError(f"model.{field}={value!r} is not one of {valid}")
+        if self.positional == "axial" and len(self.axial_shape) != 3:
+            raise ValueError(
+                "model.positional='axial' needs image data (config.data.name one of the image "
+                "sets, which give the (height, width, channels) shape); use 'sinusoidal' or "
+                "'learned' for other data"
+            )
         for name, opts in self.attention:
             attention_lib.check_options(name, dict(opts))
         if self.d_model % self.num_heads and not self.head_dim:
@@ -202,6 +210,9 @@ class Encoder(nn.Module):
                 (cfg.max_len, cfg.d_model),
             )
             x_BTE = x_BTE + table[positions_BT]
+        elif cfg.positional == "axial":
+            axial = layers.AxialPositions(tuple(cfg.axial_shape), cfg.d_model, name="pos_axial")
+            x_BTE = x_BTE + axial(positions_BT).astype(x_BTE.dtype)
         x_BTE = nn.Dropout(cfg.dropout_rate)(x_BTE, deterministic=deterministic)
         x_BTE = nn.with_logical_constraint(x_BTE, ("batch", "length", "embed"))
         if cfg.reversible:

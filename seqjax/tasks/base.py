@@ -75,6 +75,12 @@ class Task:
     def __repr__(self) -> str:
         return f"<task {self.name!r}>"
 
+    def handles(self, data_config) -> bool:
+        """Whether ``config.data`` (whose name is in ``datasets``) is this task's; one data
+        set read by two tasks (images: ``data.image_task``) answers here (default True)."""
+        del data_config
+        return True
+
     def configure(self, config) -> Task:
         """This task with options read from ``config`` (default: itself, no options)."""
         del config

@@ -12,13 +12,13 @@ Legend: B batch, T = ``data.max_len`` (+1 for the CLS position inside the model)
 
 from __future__ import annotations
 
-from seqjax.data.config import CLASSIFICATION_DATASETS
+from seqjax.data.config import CLASSIFICATION_DATASETS, IMAGE_DATASETS
 from seqjax.tasks import base, registry
 
 
 class Classification(base.Task):
     name = "classification"
-    datasets = CLASSIFICATION_DATASETS
+    datasets = CLASSIFICATION_DATASETS + IMAGE_DATASETS  # images: data.image_task (handles)
     batch_fields = {
         "inputs": ("int32", 2),
         "targets": ("int32", 1),
@@ -27,6 +27,12 @@ class Classification(base.Task):
     unit = "ex"
     causal = False
     length_field = "data.max_len"
+
+    def handles(self, data_config) -> bool:
+        """Image sets are classified unless ``data.image_task='generation'``."""
+        return (
+            data_config.get("image_task") != "generation" or data_config.name not in IMAGE_DATASETS
+        )
 
     def input_length(self, config) -> int:
         """``data.max_len`` (the data set's default when None) + 1 with CLS pooling."""

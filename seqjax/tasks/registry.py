@@ -18,6 +18,7 @@ _REGISTRY: dict[str, Task] = {}
 # The tasks that ship with seqjax, imported on first use (each module registers itself).
 BUILTIN = ("seqjax.tasks.lm", "seqjax.tasks.classification", "seqjax.tasks.seq2seq")
 BUILTIN += ("seqjax.tasks.mlm",)
+BUILTIN += ("seqjax.tasks.image_generation",)
 
 
 def _load_builtin() -> None:
@@ -78,7 +79,7 @@ def for_data_config(data_config) -> Task | None:
         if TASK_OF.get(objective) in _REGISTRY:
             return _REGISTRY[TASK_OF[objective]]
     for task in _REGISTRY.values():
-        if name in task.datasets:
+        if name in task.datasets and task.handles(data_config):
             return task
     return None
 

@@ -18,7 +18,7 @@ from seqjax import attention as attention_lib
 from seqjax import tasks
 from seqjax.attention import ring
 from seqjax.data import api as data_api
-from seqjax.data.config import DATASETS
+from seqjax.data.config import DATASETS, IMAGE_DATASETS
 from seqjax.models import memory
 from seqjax.models.transformer import DTYPES, POOLINGS, POSITIONALS
 from seqjax.train import flops, optim, sharding
@@ -79,6 +79,10 @@ def validate(config, *, num_devices: int | None = None, process_count: int | Non
         bad("model.positional", m.positional, ", ".join(POSITIONALS))
     if m.pooling not in POOLINGS:
         bad("model.pooling", m.pooling, ", ".join(POOLINGS))
+    if m.positional == "axial" and d.get("name") not in IMAGE_DATASETS:
+        bad("model.positional", m.positional, f"'axial' only with image data ({IMAGE_DATASETS})")
+    elif m.positional == "axial" and m.pooling == "cls" and d.get("image_task") != "generation":
+        bad("model.pooling", m.pooling, "'mean' with model.positional='axial' (CLS is no pixel)")
     for field in ("num_layers", "num_heads", "d_model", "max_len"):
         if not isinstance(m[field], int) or m[field] < 1:
             bad(f"model.{field}", m[field], "a positive integer")
