@@ -17,10 +17,12 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from seqjax import attention as attention_lib
+from seqjax.attention import score_mod
 from seqjax.models import layers
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 POSITIONALS = ("sinusoidal", "learned", "none")
+POSITIONALS = POSITIONALS + score_mod.SCHEMES  # rope, alibi, t5_bias (in the attention)
 POOLINGS = ("mean", "cls")
 
 
@@ -37,7 +39,10 @@ class TransformerConfig:
       dropout_rate: residual/embedding dropout; attention_dropout_rate: on probabilities.
       attention: per-layer cycle of ``(mechanism name, frozen options)``; layer i uses
         ``attention[i % len(attention)]``.
-      positional: "sinusoidal" | "learned" | "none".
+      positional: "sinusoidal" | "learned" | "none", or a scheme applied in attention
+        (``seqjax.attention.score_mod``): "rope" | "alibi" | "t5_bias".
+      rope_base: RoPE's base (Su et al. 2021: 10000).
+      t5_buckets, t5_max_distance: T5 relative-bias buckets and their range (32, 128).
       tie_embeddings: output logits use the token embedding matrix.
       dtype: compute dtype name ("float32" | "bfloat16"); parameters stay float32.
       ff_chunk_size: apply the MLP to chunks of this many positions (0 = whole sequence).
@@ -68,6 +73,9 @@ class TransformerConfig:
     num_classes: int = 0
     pooling: str = "mean"
     pad_id: int | None = 0
+    rope_base: float = 10000.0
+    t5_buckets: int = 32
+    t5_max_distance: int = 128
 
     def __post_init__(self):
         checks = {
@@ -80,6 +88,7 @@ class TransformerConfig:
                 raise ValueError(f"model.{field}={value!r} is not one of {valid}")
         for name, opts in self.attention:
             attention_lib.check_options(name, dict(opts))
+        score_mod.check_supported(self.positional, self.attention)
         if self.d_model % self.num_heads and not self.head_dim:
             raise ValueError(
                 f"model.d_model={self.d_model} is not divisible by model.num_heads="

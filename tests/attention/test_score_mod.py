@@ -146,3 +146,70 @@ def test_check_supported_names_mechanism():
     with pytest.raises(ValueError, match="implementation='cudnn'"):
         score_mod.check_supported("t5_bias", (("dense", (("implementation", "cudnn"),)),))
     score_mod.check_supported("rope", (("lsh", ()),))  # RoPE: every mechanism
+
+
+# --- In the models -------------------------------------------------------------------------
+
+
+def _lm(positional, implementation="reference", **kw):
+    from seqjax.models.transformer import TransformerConfig
+
+    return TransformerConfig(
+        vocab_size=17,
+        num_layers=2,
+        num_heads=H,
+        d_model=32,
+        max_len=16,
+        positional=positional,
+        attention=(("dense", (("implementation", implementation),)),),
+        **kw,
+    )
+
+
+@pytest.mark.parametrize("positional", ["rope", "alibi", "t5_bias"])
+def test_kv_cache_decoding_equals_full_forward(positional):
+    from seqjax.models.transformer import TransformerLM
+
+    cfg = _lm(positional)
+    tok = jax.random.randint(jax.random.PRNGKey(1), (2, 10), 0, cfg.vocab_size)
+    model = TransformerLM(cfg)
+    params = model.init(jax.random.PRNGKey(0), tok)["params"]
+    full = model.apply({"params": params}, tok)
+    chunked = TransformerLM(_lm(positional, "chunked")).apply({"params": params}, tok)
+    np.testing.assert_allclose(chunked, full, atol=1e-4)
+    dec = TransformerLM(cfg, decode=True)
+    cache = dec.init(jax.random.PRNGKey(0), jnp.zeros((2, cfg.max_len), jnp.int32))["cache"]
+    step = jax.jit(lambda c, x: dec.apply({"params": params, "cache": c}, x, mutable=["cache"]))
+    outs = []
+    for i in range(tok.shape[1]):
+        out, mut = step(cache, tok[:, i : i + 1])
+        cache = mut["cache"]
+        outs.append(out)
+    np.testing.assert_allclose(jnp.concatenate(outs, 1), full, atol=1e-4)
+
+
+def test_t5_table_is_a_sharded_parameter_and_positions_matter():
+    from seqjax.models.transformer import TransformerLM
+
+    cfg = _lm("t5_bias")
+    tok = jnp.arange(8)[None] % 5
+    variables = TransformerLM(cfg).init(jax.random.PRNGKey(0), tok)
+    box = variables["params"]["encoder"]["block_0"]["attn"]["t5_bias"]
+    assert box.names == (None, "heads") and box.value.shape == (32, H)
+    # ALiBi/T5/RoPE models are not permutation-equivariant: shifting a token changes logits.
+    for positional in SCHEMES_ALL:
+        m = TransformerLM(_lm(positional))
+        p = m.init(jax.random.PRNGKey(0), tok)["params"]
+        a = m.apply({"params": p}, jnp.array([[1, 2, 3, 4]]))[0, -1]
+        b = m.apply({"params": p}, jnp.array([[2, 1, 3, 4]]))[0, -1]
+        assert not np.allclose(a, b, atol=1e-6), positional
+
+
+SCHEMES_ALL = ("rope", "alibi", "t5_bias")
+
+
+def test_model_config_rejects_unhonoured_mechanism():
+    from seqjax.models.transformer import TransformerConfig
+
+    with pytest.raises(ValueError, match="model.positional='alibi'.*'lsh'"):
+        TransformerConfig(vocab_size=8, positional="alibi", attention=(("lsh", ()),))
