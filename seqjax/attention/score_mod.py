@@ -29,10 +29,14 @@ Schemes (``model.positional``):
   also separates the two directions) and logarithmic up to ``max_distance``.
 
 Engines that honour a ``ScoreMod`` (``SCORE_MOD_SUPPORT``): ``dense``/``causal`` with
-``implementation`` ``reference`` or ``chunked`` (``auto`` picks one of the two). cuDNN
-fused attention and TPU splash take no additive bias and the Pallas block kernels do not
-take one yet; the block-sparse, LSH, Linformer, relative and ``flex`` mechanisms do not
-receive one from the models yet (``check_supported`` names them before anything compiles).
+``implementation`` ``reference`` or ``chunked`` (``auto`` picks one of the two), and the
+Sparse Transformer patterns (``masked`` and the block-sparse engine, whose parts see the
+bias in their own coordinates: ``ScoreMod.remap``; ``pallas`` runs biased parts on the
+plain-JAX engine). Not honoured: cuDNN fused attention and TPU splash (no additive bias
+input), the Pallas block kernels (no bias operand yet), ``flex`` (a mask-only engine),
+LSH (its sorted chunks would need the bias per chunk), Linformer (keys are projected along
+the sequence: no key positions remain) and Transformer-XL's ``relative`` (a positional
+scheme of its own); ``check_supported`` names them before anything compiles.
 
 Legend: B batch, T query length, S key length, H heads, D head dim, bq/bk block lengths,
 N buckets.
@@ -76,6 +80,21 @@ class ScoreMod:
     def bias(self, params, q_pos, k_pos):
         """``fn`` on absolute positions, in float32."""
         return self.fn(params, q_pos, k_pos).astype(jnp.float32)
+
+    def remap(self, *, q_map=None, k_map=None, heads=None) -> ScoreMod:
+        """The same modification seen from a part of an engine with its own coordinates:
+        ``q_map``/``k_map`` turn the part's positions into absolute ones (e.g. the
+        Sparse Transformer's column layout, gathered summary keys), ``heads`` selects the
+        part's heads (an int sequence)."""
+        fn = self.fn
+
+        def mapped(params, q_pos, k_pos):
+            q_pos = q_pos if q_map is None else q_map(q_pos)
+            k_pos = k_pos if k_map is None else k_map(k_pos)
+            bias = fn(params, q_pos, k_pos)
+            return bias if heads is None else bias[jnp.asarray(np.asarray(heads))]
+
+        return dataclasses.replace(self, fn=mapped)
 
     def dense_bias(self, t: int, s: int):
         """The materialised ``[H, T, S]`` bias of a ``T x S`` attention."""

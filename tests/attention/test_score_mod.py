@@ -13,6 +13,7 @@ import pytest
 from seqjax.attention import dense, score_mod
 
 B, T, H, D = 2, 12, 4, 8
+_SLOW = pytest.mark.slow
 
 
 def _qkv(t=T, s=T, seed=0):
@@ -93,7 +94,7 @@ def _t5_direct_bias(table, t, s, causal):
 
 @pytest.mark.parametrize("scheme", ["alibi", "t5_bias"])
 @pytest.mark.parametrize("causal,t,s", [(True, 12, 12), (True, 5, 12), (False, 12, 9)])
-@pytest.mark.parametrize("implementation", ["reference", "chunked"])
+@pytest.mark.parametrize("implementation", [pytest.param("reference", marks=_SLOW), "chunked"])
 def test_engines_equal_direct_values_and_grads(scheme, causal, t, s, implementation):
     q, k, v = _qkv(t, s)
     table = jax.random.normal(jax.random.PRNGKey(3), (32, H))
@@ -151,12 +152,12 @@ def test_check_supported_names_mechanism():
 # --- In the models -------------------------------------------------------------------------
 
 
-def _lm(positional, implementation="reference", **kw):
+def _lm(positional, implementation="reference", num_layers=2, **kw):
     from seqjax.models.transformer import TransformerConfig
 
     return TransformerConfig(
         vocab_size=17,
-        num_layers=2,
+        num_layers=num_layers,
         num_heads=H,
         d_model=32,
         max_len=16,
@@ -171,7 +172,7 @@ def test_kv_cache_decoding_equals_full_forward(positional):
     from seqjax.models.transformer import TransformerLM
 
     cfg = _lm(positional)
-    tok = jax.random.randint(jax.random.PRNGKey(1), (2, 10), 0, cfg.vocab_size)
+    tok = jax.random.randint(jax.random.PRNGKey(1), (2, 7), 0, cfg.vocab_size)
     model = TransformerLM(cfg)
     params = model.init(jax.random.PRNGKey(0), tok)["params"]
     full = model.apply({"params": params}, tok)
@@ -198,7 +199,7 @@ def test_t5_table_is_a_sharded_parameter_and_positions_matter():
     assert box.names == (None, "heads") and box.value.shape == (32, H)
     # ALiBi/T5/RoPE models are not permutation-equivariant: shifting a token changes logits.
     for positional in SCHEMES_ALL:
-        m = TransformerLM(_lm(positional))
+        m = TransformerLM(_lm(positional, num_layers=1))
         p = m.init(jax.random.PRNGKey(0), tok)["params"]
         a = m.apply({"params": p}, jnp.array([[1, 2, 3, 4]]))[0, -1]
         b = m.apply({"params": p}, jnp.array([[2, 1, 3, 4]]))[0, -1]
@@ -213,3 +214,62 @@ def test_model_config_rejects_unhonoured_mechanism():
 
     with pytest.raises(ValueError, match="model.positional='alibi'.*'lsh'"):
         TransformerConfig(vocab_size=8, positional="alibi", attention=(("lsh", ()),))
+
+
+# --- The block-sparse engine (Sparse Transformer patterns) ---------------------------------
+
+
+@pytest.mark.parametrize(
+    "name,opts,causal,scheme",
+    [
+        ("sparse_strided", {"stride": 4, "block_size": 2}, True, "alibi"),
+        ("sparse_fixed", {"stride": 4, "c": 2, "head_mode": "split"}, False, "t5_bias"),
+        pytest.param(
+            "sparse_strided", {"stride": 4, "block_size": 2}, True, "t5_bias", marks=_SLOW
+        ),
+        pytest.param(
+            "sparse_strided", {"stride": 4, "head_mode": "split"}, False, "alibi", marks=_SLOW
+        ),
+        pytest.param(
+            "sparse_strided", {"stride": 4, "head_mode": "split"}, False, "t5_bias", marks=_SLOW
+        ),
+        pytest.param(
+            "sparse_fixed",
+            {"stride": 4, "c": 1, "distinct_summaries": True},
+            True,
+            "t5_bias",
+            marks=_SLOW,
+        ),
+        pytest.param(
+            "sparse_fixed",
+            {"stride": 4, "c": 1, "distinct_summaries": True},
+            True,
+            "alibi",
+            marks=_SLOW,
+        ),
+    ],
+)
+def test_blocksparse_equals_masked_with_bias(name, opts, causal, scheme):
+    from seqjax.attention import registry
+
+    t = 16
+    q, k, v = _qkv(t, t, seed=5)
+    table = jax.random.normal(jax.random.PRNGKey(3), (32, H))
+    w = jax.random.normal(jax.random.PRNGKey(4), (B, t, H, D))
+    fn = registry.get(name)
+
+    def loss(q, k, v, tab, implementation):
+        mod = (
+            score_mod.alibi(H, causal=causal)
+            if scheme == "alibi"
+            else score_mod.t5_bias(tab, causal=causal)
+        )
+        out = fn(q, k, v, causal=causal, score_mod=mod, implementation=implementation, **opts)
+        return (out * w).sum()
+
+    grad = jax.value_and_grad(loss, argnums=(0, 1, 2, 3))
+    got, g_got = grad(q, k, v, table, "blocksparse")
+    want, g_want = grad(q, k, v, table, "masked")
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    for a, b in zip(g_got, g_want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
