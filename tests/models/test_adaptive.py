@@ -102,3 +102,31 @@ def test_output_layer_memory_is_smaller():
     full = adaptive.output_parameter_count(267735, 512)
     adapt = adaptive.output_parameter_count(267735, 512, (20000, 40000, 200000), 4)
     assert adapt < full / 3
+
+
+def test_transformer_lm_with_adaptive_softmax_from_config():
+    from seqjax.models.from_config import transformer_config
+    from seqjax.models.transformer import TransformerLM
+    from seqjax.train import defaults
+
+    model_cfg = defaults.model()
+    model_cfg.update(num_layers=1, d_model=16, num_heads=2, max_len=8, positional="alibi")
+    model_cfg.adaptive.update(enabled=True, cutoffs=(10, 25), div_val=2)
+
+    class Info:
+        vocab_size, pad_id = V, None
+
+    class Config:
+        model = model_cfg
+
+    cfg = transformer_config(Config, Info, causal=True)
+    assert cfg.adaptive and cfg.adaptive_cutoffs == (10, 25)
+    model = TransformerLM(cfg)
+    tok = jnp.array([[1, 12, 30, 39]])
+    params = model.init(jax.random.PRNGKey(0), tok)["params"]
+    assert "adaptive" in params["encoder"] and "proj_1" in params["encoder"]["adaptive"]
+    lp = model.apply({"params": params}, tok)
+    np.testing.assert_allclose(jax.nn.logsumexp(lp, -1), 0.0, atol=1e-5)
+    model_cfg.adaptive.cutoffs = (10, 50)
+    with pytest.raises(ValueError, match="model.adaptive.cutoffs"):
+        transformer_config(Config, Info, causal=True)
