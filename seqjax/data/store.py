@@ -19,6 +19,8 @@ import tensorflow_datasets as tfds
 
 from seqjax.data import classification, corpora, listops, sources, subword, translation, wmt14
 from seqjax.data import vocab as vocab_lib
+from seqjax.data import wikitext as wikitext_lib
+from seqjax.data import words as words_lib
 
 # config.data.name -> TFDS builder name (classes in corpora.py and classification.py).
 TFDS_NAMES = {
@@ -30,6 +32,8 @@ TFDS_NAMES = {
     "imdb_bytes": "seqjax_imdb_bytes",
     "translation_jsonl": "seqjax_translation_jsonl",
     "wmt14_ende": "seqjax_wmt14_ende",
+    "wikitext103": "seqjax_wikitext103",
+    "wikitext2": "seqjax_wikitext2",
 }
 _BUILDERS = {
     "seqjax_pystdlib": corpora.SeqjaxPystdlib,
@@ -40,6 +44,8 @@ _BUILDERS = {
     "seqjax_imdb_bytes": classification.SeqjaxImdbBytes,
     "seqjax_translation_jsonl": translation.SeqjaxTranslationJsonl,
     "seqjax_wmt14_ende": wmt14.SeqjaxWmt14Ende,
+    "seqjax_wikitext103": wikitext_lib.SeqjaxWikitext103,
+    "seqjax_wikitext2": wikitext_lib.SeqjaxWikitext2,
 }
 
 
@@ -193,6 +199,15 @@ def vocab(key: DatasetKey, kind):
             return text.splitlines(keepends=True)
 
         return subword.SentencePieceVocab(subword.ensure_model(path, lines, kind))
+    if isinstance(kind, words_lib.WordOptions):  # config.data.vocab='words'
+        path = words_lib.vocab_path(
+            key.data_dir, key.tfds_name, key.config_name, metadata(key)["fingerprint"], kind
+        )
+
+        def train_text():
+            return bytes(tokens(key, "train", "bytes")).decode("utf-8", errors="replace")
+
+        return words_lib.ensure_vocab(path, train_text, kind)
     meta = metadata(key)
     return vocab_lib.Vocab("chars", tuple(meta["char_vocab"]), bool(meta["char_unk"]))
 
