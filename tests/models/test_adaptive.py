@@ -130,3 +130,21 @@ def test_transformer_lm_with_adaptive_softmax_from_config():
     model_cfg.adaptive.cutoffs = (10, 50)
     with pytest.raises(ValueError, match="model.adaptive.cutoffs"):
         transformer_config(Config, Info, causal=True)
+
+
+def test_transformer_xl_with_adaptive_softmax():
+    from seqjax.models.transformer import TransformerConfig
+    from seqjax.models.transformer_xl import TransformerXL
+
+    cfg = TransformerConfig(
+        vocab_size=V, num_layers=1, num_heads=2, d_model=16, max_len=8, positional="none",
+        attention=(("relative", ()),), adaptive=True, adaptive_cutoffs=(10, 25),
+        adaptive_div_val=2,
+    )  # fmt: skip
+    model = TransformerXL(cfg, 4)
+    tok = jnp.array([[1, 12, 30, 39]])
+    variables = model.init(jax.random.PRNGKey(0), tok)
+    lp, mem = model.apply(variables, tok)
+    lp2, _ = model.apply(variables, tok, mem)
+    for x in (lp, lp2):
+        np.testing.assert_allclose(jax.nn.logsumexp(x, -1), 0.0, atol=1e-5)
