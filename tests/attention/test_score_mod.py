@@ -273,3 +273,18 @@ def test_blocksparse_equals_masked_with_bias(name, opts, causal, scheme):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     for a, b in zip(g_got, g_want, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_config_validation_names_positional_and_mechanism():
+    from seqjax.configs import common
+    from seqjax.train import config_validation
+    from tests.conftest import REPO
+
+    config = common.load_file(REPO / "configs" / "char_lm.py", name="cfg_char_lm").get_config(
+        "smoke"
+    )
+    config.mesh.data = 1
+    config.model.positional = "alibi"
+    config.model.attention = "lsh"
+    with pytest.raises(Exception, match=r"config\.model\.positional='alibi'.*'lsh'"):
+        config_validation.validate(config)
