@@ -27,6 +27,12 @@ Schemes (``model.positional``):
   bucketing of the Mesh TensorFlow code): a learned scalar per (bucket, head), the buckets
   exact for distances below ``num_buckets / 2`` (halved again when bidirectional, which
   also separates the two directions) and logarithmic up to ``max_distance``.
+  T5 shares one table by all layers; here every attention layer learns its own
+  (``MultiHeadAttention`` parameter ``t5_bias`` ``[num_buckets, H]``, logical axes
+  ``(None, "heads")``).
+
+Positions are those of the sequence as given (``arange``): packed ``segment_ids`` do not
+restart them (ALiBi/T5 see relative distances, so only RoPE-free absolute offsets differ).
 
 Engines that honour a ``ScoreMod`` (``SCORE_MOD_SUPPORT``): ``dense``/``causal`` with
 ``implementation`` ``reference`` or ``chunked`` (``auto`` picks one of the two), and the
