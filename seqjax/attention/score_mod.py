@@ -31,8 +31,8 @@ Schemes (``model.positional``):
   (``MultiHeadAttention`` parameter ``t5_bias`` ``[num_buckets, H]``, logical axes
   ``(None, "heads")``).
 
-Positions are those of the sequence as given (``arange``): packed ``segment_ids`` do not
-restart them (ALiBi/T5 see relative distances, so only RoPE-free absolute offsets differ).
+Positions are those of the sequence as given (``arange``); packed ``segment_ids`` need no
+restart: all three schemes depend on ``q - k`` only and attention across segments is masked.
 
 Engines that honour a ``ScoreMod`` (``SCORE_MOD_SUPPORT``): ``dense``/``causal`` with
 ``implementation`` ``reference`` or ``chunked`` (``auto`` picks one of the two), and the
