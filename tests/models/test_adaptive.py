@@ -148,3 +148,28 @@ def test_transformer_xl_with_adaptive_softmax():
     lp2, _ = model.apply(variables, tok, mem)
     for x in (lp, lp2):
         np.testing.assert_allclose(jax.nn.logsumexp(x, -1), 0.0, atol=1e-5)
+
+
+def test_sharded_by_the_rules_equals_unsharded():
+    from jax.sharding import AxisType, NamedSharding
+
+    from seqjax.train import sharding
+
+    m = adaptive.AdaptiveSoftmax(vocab_size=48, d_model=16, cutoffs=(16, 32), div_val=2)
+    h = jax.random.normal(jax.random.PRNGKey(0), (4, 3, 16))
+    boxed = m.init(jax.random.PRNGKey(1), h)
+    mesh = jax.make_mesh((2, 2, 2), sharding.MESH_AXES, axis_types=(AxisType.Auto,) * 3)
+    with nn.logical_axis_rules(sharding.RULES):
+        specs = nn.logical_to_mesh(nn.get_partition_spec(boxed))
+    plain = nn.meta.unbox(boxed)
+    placed = jax.tree.map(lambda x, s: jax.device_put(x, NamedSharding(mesh, s)), plain, specs)
+    assert tuple(placed["params"]["embed_1"].sharding.spec) == ("tensor", "fsdp")
+    want = m.apply(plain, h)
+    got = jax.jit(m.apply)(placed, h)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    tok = jnp.array([[1, 20, 40]])
+    np.testing.assert_allclose(
+        jax.jit(lambda p, t: m.apply(p, t, method=m.embed))(placed, tok),
+        m.apply(plain, tok, method=m.embed),
+        atol=1e-5,
+    )
