@@ -138,6 +138,28 @@ def call_with_vjp(forward, backward, qp, kp, vp, aux):
         raise
 
 
+def call_with_vjp_params(forward, backward, qp, kp, vp, aux, params):
+    """``call_with_vjp`` with a fifth, differentiable input ``params`` (a pytree: a score
+    modification's parameters, ``seqjax.attention.score_mod``); ``backward`` returns its
+    cotangent as a fifth gradient."""
+
+    @jax.custom_vjp
+    def attend(qp, kp, vp, aux, params):
+        return forward(qp, kp, vp, aux, params)
+
+    def attend_fwd(qp, kp, vp, aux, params):
+        out, lse = forward(qp, kp, vp, aux, params)
+        return (out, lse), (qp, kp, vp, aux, params, out, lse)
+
+    attend.defvjp(attend_fwd, backward)
+    try:
+        return attend(qp, kp, vp, aux, params)
+    except TypeError as e:
+        if "forward-mode" in str(e):
+            raise NotImplementedError(HIGHER_ORDER_MESSAGE) from e
+        raise
+
+
 def blockwise_attention(
     q,
     k,
@@ -155,6 +177,7 @@ def blockwise_attention(
     dropout_rate: float = 0.0,
     dropout_rng=None,
     return_lse: bool = False,
+    score_mod=None,
 ):
     """Exact attention restricted to the key blocks listed in ``table``.
 
@@ -173,6 +196,10 @@ def blockwise_attention(
         for rows with no visible key), differentiable, so partial attentions over disjoint
         key sets can be merged exactly: ``out = sum_p exp(lse_p - lse) out_p`` with
         ``lse = logsumexp_p lse_p`` (used by the sparse and LSH mechanisms).
+      score_mod: optional ``seqjax.attention.score_mod.ScoreMod``: its bias of block (i, j)
+        (absolute query positions ``q_offset + i * bq + arange(bq)``) is added to the scaled
+        logits, recomputed in the backward pass, and its parameters get the exact gradient
+        ``sum_B dS`` pulled back through the bias (``jax.vjp`` per block).
 
     Returns:
       ``[B, T, H, Dv]`` in the dtype of ``q`` (and ``lse`` if ``return_lse``).
@@ -198,14 +225,15 @@ def blockwise_attention(
     km = pad(key_mask, nk * bk) if key_mask is not None else None
     qs = pad(q_seg, nq * bq) if q_seg is not None else None
     ks = pad(kv_seg, nk * bk) if kv_seg is not None else None
-    aux = (km, qs, ks, dropout_rng)
+    q_off = None if score_mod is None else jnp.asarray(score_mod.q_offset, jnp.int32)
+    aux = (km, qs, ks, dropout_rng, q_off)
 
     def slice_rows(x, start, size):
         return jax.lax.dynamic_slice_in_dim(x, start, size, axis=1)
 
     def mask_and_drop(i, j, aux):
         """bool [B|1, H|1, bq, bk] mask of block (i, j) and its dropout keep-scale."""
-        km, qs, ks, rng = aux
+        km, qs, ks, rng, _ = aux
         q_pos = i * bq + jnp.arange(bq)
         k_pos = j * bk + jnp.arange(bk)
         valid = masks_lib.block_mask(q_pos, k_pos, causal=causal, offset=offset, t=t, s=s)
@@ -232,7 +260,12 @@ def blockwise_attention(
             s_ = jnp.einsum("bqhd,bkhd->bhqk", q_blk, k_blk, preferred_element_type=jnp.float32)
             return s_ * scale
 
-    def forward(qp, kp, vp, aux):
+    def block_bias(params, i, j, aux):
+        """The score modification's float32 ``[1, H, bq, bk]`` bias of block (i, j)."""
+        q_pos = aux[-1] + i * bq + jnp.arange(bq)
+        return score_mod.bias(params, q_pos, j * bk + jnp.arange(bk))[None]
+
+    def forward(qp, kp, vp, aux, params=None):
         # Tables become constants here, not in the enclosing trace: a custom_vjp rule must
         # not close over tracers of an outer jit.
         table_j, count_j = jnp.asarray(table), jnp.asarray(count)
@@ -247,7 +280,10 @@ def blockwise_attention(
                 j = table_j[i, n]
                 k_blk, v_blk = slice_rows(kp, j * bk, bk), slice_rows(vp, j * bk, bk)
                 valid, keep = mask_and_drop(i, j, aux)
-                s_ = jnp.where(valid, logits(q_blk, k_blk), -jnp.inf)
+                s_ = logits(q_blk, k_blk)
+                if score_mod is not None:
+                    s_ = s_ + block_bias(params, i, j, aux)
+                s_ = jnp.where(valid, s_, -jnp.inf)
                 m_new = jnp.maximum(m, s_.max(-1))
                 m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
                 p = jnp.exp(s_ - m_safe[..., None])
@@ -277,7 +313,11 @@ def blockwise_attention(
         return out.astype(q.dtype), lse  # lse: [nq, B, H, bq]
 
     def backward(res, cotangents):
-        qp, kp, vp, aux, out, lse = res
+        if score_mod is None:
+            qp, kp, vp, aux, out, lse = res
+            params = None
+        else:
+            qp, kp, vp, aux, params, out, lse = res
         g, g_lse = cotangents
         qp, kp, vp, g, g_lse = _first_order_only((qp, kp, vp, g, g_lse))
         t_table_j, t_count_j = jnp.asarray(t_table), jnp.asarray(t_count)
@@ -288,15 +328,20 @@ def blockwise_attention(
         delta, lse_safe = numerics.backward_stats(rowsum, lse, g_lse)
         g_c = g.astype(qp.dtype)
 
-        def one_k_block(dq, j):
+        def one_k_block(carry, j):
+            dq, dparams = carry
             k_blk, v_blk = slice_rows(kp, j * bk, bk), slice_rows(vp, j * bk, bk)
 
             def body(n, carry):
-                dq, dk, dv = carry
+                dq, dk, dv, dparams = carry
                 i = t_table_j[j, n]
                 q_blk, g_blk = slice_rows(qp, i * bq, bq), slice_rows(g_c, i * bq, bq)
                 valid, keep = mask_and_drop(i, j, aux)
-                p = jnp.where(valid, jnp.exp(logits(q_blk, k_blk) - lse_safe[i][..., None]), 0.0)
+                s_ = logits(q_blk, k_blk)
+                if score_mod is not None:
+                    bias, bias_vjp = jax.vjp(lambda p_: block_bias(p_, i, j, aux), params)
+                    s_ = s_ + bias
+                p = jnp.where(valid, jnp.exp(s_ - lse_safe[i][..., None]), 0.0)
                 p_drop = p if keep is None else p * keep
                 dv = dv + jnp.einsum(
                     "bhqk,bqhd->bkhd",
@@ -307,7 +352,11 @@ def blockwise_attention(
                 dp = jnp.einsum("bqhd,bkhd->bhqk", g_blk, v_blk, preferred_element_type=jnp.float32)
                 if keep is not None:
                     dp = dp * keep
-                ds = (p * (dp - delta[i][..., None]) * scale).astype(qp.dtype)
+                ds_raw = p * (dp - delta[i][..., None])  # d loss / d (biased logits)
+                if score_mod is not None:
+                    (d_p,) = bias_vjp(ds_raw.sum(0, keepdims=True))
+                    dparams = jax.tree.map(jnp.add, dparams, d_p)
+                ds = (ds_raw * scale).astype(qp.dtype)
                 dk = dk + jnp.einsum(
                     "bhqk,bqhd->bkhd", ds, q_blk, preferred_element_type=jnp.float32
                 )
@@ -315,19 +364,27 @@ def blockwise_attention(
                 dq = jax.lax.dynamic_update_slice_in_dim(
                     dq, slice_rows(dq, i * bq, bq) + dq_i, i * bq, axis=1
                 )
-                return dq, dk, dv
+                return dq, dk, dv, dparams
 
-            init = (dq, jnp.zeros(k_blk.shape, jnp.float32), jnp.zeros(v_blk.shape, jnp.float32))
-            dq, dk, dv = jax.lax.fori_loop(0, t_count_j[j], body, init)
-            return dq, (dk, dv)
+            zk, zv = jnp.zeros(k_blk.shape, jnp.float32), jnp.zeros(v_blk.shape, jnp.float32)
+            dq, dk, dv, dparams = jax.lax.fori_loop(0, t_count_j[j], body, (dq, zk, zv, dparams))
+            return (dq, dparams), (dk, dv)
 
         dq0 = jnp.zeros(qp.shape, jnp.float32)
-        dq, (dk, dv) = jax.lax.scan(one_k_block, dq0, jnp.arange(nk))
+        dparams0 = jax.tree.map(lambda p_: jnp.zeros(p_.shape, jnp.float32), params)
+        (dq, dparams), (dk, dv) = jax.lax.scan(one_k_block, (dq0, dparams0), jnp.arange(nk))
         dk = dk.transpose(1, 0, 2, 3, 4).reshape(kp.shape)
         dv = dv.transpose(1, 0, 2, 3, 4).reshape(vp.shape)
-        return dq.astype(qp.dtype), dk.astype(kp.dtype), dv.astype(vp.dtype), None
+        grads = (dq.astype(qp.dtype), dk.astype(kp.dtype), dv.astype(vp.dtype), None)
+        if score_mod is None:
+            return grads
+        dparams = jax.tree.map(lambda d_, p_: d_.astype(p_.dtype), dparams, params)
+        return (*grads, dparams)
 
-    out, lse_nBHb = call_with_vjp(forward, backward, qp, kp, vp, aux)
+    if score_mod is None:
+        out, lse_nBHb = call_with_vjp(forward, backward, qp, kp, vp, aux)
+    else:
+        out, lse_nBHb = call_with_vjp_params(forward, backward, qp, kp, vp, aux, score_mod.params)
     out = out[:, :t]
     if not return_lse:
         return out

@@ -90,6 +90,7 @@ def reference_attention(
     scale=None,
     dropout_rate=0.0,
     dropout_rng=None,
+    score_mod=None,
 ):
     """Dense attention that materializes the logits (the ground truth).
 
@@ -98,6 +99,8 @@ def reference_attention(
       causal, mask, segment_ids: see ``seqjax.attention.masks``.
       scale: logit scale, default ``1/sqrt(D)``.
       dropout_rate, dropout_rng: dropout on the attention probabilities.
+      score_mod: optional ``seqjax.attention.score_mod.ScoreMod`` (a positional bias),
+        materialised as ``[H, T, S]``.
 
     Returns:
       ``[B, T, H, Dv]`` in the dtype of ``q``.
@@ -105,17 +108,25 @@ def reference_attention(
     b, t, _, _ = q.shape
     s = k.shape[1]
     valid = masks_lib.dense_mask(b, t, s, causal=causal, mask=mask, segment_ids=segment_ids)
+    bias = None if score_mod is None else score_mod.dense_bias(t, s)[None]
     return masked_attention(
-        q, k, v, valid, scale=scale, dropout_rate=dropout_rate, dropout_rng=dropout_rng
+        q, k, v, valid, scale=scale, dropout_rate=dropout_rate, dropout_rng=dropout_rng, bias=bias
     )
 
 
-def masked_attention(q, k, v, valid, *, scale=None, dropout_rate=0.0, dropout_rng=None):
+def masked_attention(q, k, v, valid, *, scale=None, dropout_rate=0.0, dropout_rng=None, bias=None):
     """Materialized attention under any boolean mask ``valid`` broadcastable to
     ``[B, H, T, S]`` (True = attend): the ground truth of every mask and pattern
-    (``numerics.attend``)."""
+    (``numerics.attend``); ``bias`` an optional additive ``[B|1, H, T, S]`` score bias."""
     return numerics.attend(
-        q, k, v, valid, scale=scale, dropout_rate=dropout_rate, dropout_rng=dropout_rng
+        q,
+        k,
+        v,
+        valid,
+        scale=scale,
+        dropout_rate=dropout_rate,
+        dropout_rng=dropout_rng,
+        bias=bias,
     )
 
 
@@ -228,6 +239,8 @@ def dense_attention(q, k, v, *, implementation="auto", block_q=512, block_k=512,
         raise ValueError(
             f"unknown dense implementation {implementation!r}; valid: {', '.join(IMPLEMENTATIONS)}"
         )
+    if kwargs.get("score_mod") is not None:
+        implementation = _score_mod_implementation(implementation, q.shape[1] * k.shape[1])
     if implementation == "auto" and ring.axis_size() > 1:
         implementation = _auto_sequence_parallel(q, k, kwargs.get("causal", False))
     if implementation in ("ring", "ulysses"):
@@ -258,6 +271,20 @@ def dense_attention(q, k, v, *, implementation="auto", block_q=512, block_k=512,
     if implementation == "pallas":
         return pallas_attention(q, k, v, block_q=block_q, block_k=block_k, **kwargs)
     return cudnn_attention(q, k, v, **kwargs)
+
+
+def _score_mod_implementation(implementation: str, logits: int) -> str:
+    """The implementation that runs a score modification: ``auto`` becomes ``reference`` or
+    ``chunked``; cuDNN, splash and the Pallas kernels take no bias (raises)."""
+    if implementation == "auto":
+        return "chunked" if logits > AUTO_CHUNK_THRESHOLD else "reference"
+    if implementation not in ("reference", "chunked"):
+        raise ValueError(
+            f"dense implementation {implementation!r} cannot add a positional score bias "
+            "(model.positional 'alibi'/'t5_bias'); use implementation 'auto', 'reference' or "
+            "'chunked'"
+        )
+    return implementation
 
 
 def _auto_sequence_parallel(q, k, causal: bool) -> str:

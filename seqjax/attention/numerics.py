@@ -129,19 +129,23 @@ def attend_logits(
     return (out, lse) if return_lse else out
 
 
-def attend(q, k, v, valid=None, *, scale=None, dropout_rate=0.0, dropout_rng=None):
-    """Materialized attention ``softmax(Q K^T / sqrt(D) + mask) V`` (Vaswani et al., eq. 1).
+def attend(q, k, v, valid=None, *, scale=None, dropout_rate=0.0, dropout_rng=None, bias=None):
+    """Materialized attention ``softmax(Q K^T / sqrt(D) + bias + mask) V`` (Vaswani et al.,
+    eq. 1; ``bias`` a score modification, ``seqjax.attention.score_mod``).
 
     Args:
       q: ``[B, T, H, D]``; k: ``[B, S, H, D]``; v: ``[B, S, H, Dv]``.
       valid: bool mask broadcastable to ``[B, H, T, S]`` (True = attend) or None.
       scale: logit scale, default ``1/sqrt(D)``.
       dropout_rate, dropout_rng: dropout on the attention probabilities.
+      bias: float additive bias ``[B|1, H, T, S]`` on the scaled logits, or None.
 
     Returns:
       ``[B, T, H, Dv]`` in the dtype of ``q``.
     """
     logits_BHTS = scores(q, k, default_scale(scale, q.shape[-1]))
+    if bias is not None:
+        logits_BHTS = logits_BHTS + bias.astype(jnp.float32)
     return attend_logits(
         logits_BHTS,
         v,

@@ -123,7 +123,9 @@ def resolve_options(
     )
 
 
-def masked_attention(q, k, v, *, kind, opts, causal, mask, segment_ids, scale, drop, drop_rng):
+def masked_attention(
+    q, k, v, *, kind, opts, causal, mask, segment_ids, scale, drop, drop_rng, score_mod=None
+):
     """Dense attention with the per-head pattern as a mask (the ``"masked"`` ground truth)."""
     b, t, h, d = q.shape
     layout = patterns.head_layout(
@@ -155,8 +157,9 @@ def masked_attention(q, k, v, *, kind, opts, causal, mask, segment_ids, scale, d
     extra = masks_lib.dense_mask(b, t, t, causal=False, mask=mask, segment_ids=segment_ids)
     if extra is not None:
         valid_BHTS = valid_BHTS & extra
+    bias = None if score_mod is None else score_mod.dense_bias(t, t)[None]
     return numerics.attend(
-        q, k, v, valid_BHTS, scale=scale, dropout_rate=drop, dropout_rng=drop_rng
+        q, k, v, valid_BHTS, scale=scale, dropout_rate=drop, dropout_rng=drop_rng, bias=bias
     )
 
 
@@ -181,7 +184,7 @@ def _second_half(q, k, v, ctx, *, kind, opts, causal, heads, exclude):
             _take_heads(q, sel),
             _take_heads(k, sel),
             _take_heads(v, sel),
-            ctx,
+            ctx.with_heads(sel),
             stride=l,
             c=opts["c"],
             sub_block=sub,
@@ -201,7 +204,9 @@ def _second_half(q, k, v, ctx, *, kind, opts, causal, heads, exclude):
     return out, lse
 
 
-def blocksparse_attention(q, k, v, *, kind, opts, causal, mask, segment_ids, scale, drop, drop_rng):
+def blocksparse_attention(
+    q, k, v, *, kind, opts, causal, mask, segment_ids, scale, drop, drop_rng, score_mod=None
+):
     """The pattern computed block-sparsely, forward and backward (see ``sparse_blocks``)."""
     b, t, h, _ = q.shape
     l, bs = opts["stride"], opts["block_size"]
@@ -215,7 +220,9 @@ def blocksparse_attention(q, k, v, *, kind, opts, causal, mask, segment_ids, sca
     if q_seg is not None:
         q_seg, kv_seg = numerics.pad_to(q_seg, tp), numerics.pad_to(kv_seg, tp)
     engine = "pallas" if opts["implementation"] == "pallas" else "jax"
-    ctx = blocks.Context(key_mask, q_seg, kv_seg, scale, drop, drop_rng, engine=engine)
+    ctx = blocks.Context(
+        key_mask, q_seg, kv_seg, scale, drop, drop_rng, engine=engine, score_mod=score_mod
+    )
     qp, kp, vp = numerics.pad_to(q, tp), numerics.pad_to(k, tp), numerics.pad_to(v, tp)
     first = blocks.local_band if kind == "strided" else blocks.block_diagonal
     kw = dict(kind=kind, opts=opts, causal=causal)
@@ -227,9 +234,9 @@ def blocksparse_attention(q, k, v, *, kind, opts, causal, mask, segment_ids, sca
         half = h // 2
         sel1, sel2 = np.arange(half), np.arange(half, h)
         a = [_take_heads(x, sel1) for x in (qp, kp, vp)]
-        out1, _ = first(*a, ctx, stride=l, block=bs, causal=causal)
+        out1, _ = first(*a, ctx.with_heads(sel1), stride=l, block=bs, causal=causal)
         a = [_take_heads(x, sel2) for x in (qp, kp, vp)]
-        out2, _ = _second_half(*a, ctx, heads=sel2, exclude=False, **kw)
+        out2, _ = _second_half(*a, ctx.with_heads(sel2), heads=sel2, exclude=False, **kw)
         out = jnp.concatenate([out1, out2], axis=2)
     return out[:, :t].astype(q.dtype)
 
@@ -246,6 +253,7 @@ def sparse_attention(
     dropout_rate=0.0,
     dropout_rng=None,
     scale=None,
+    score_mod=None,
     **options,
 ):
     """Sparse Transformer attention with the ``kind`` (``"strided"`` | ``"fixed"``) pattern.
@@ -257,6 +265,9 @@ def sparse_attention(
         paper's decoder patterns, otherwise the bidirectional variants.
       dropout_rate, dropout_rng: dropout on the attention probabilities.
       scale: logit scale, default ``1/sqrt(D)``.
+      score_mod: optional positional bias (``seqjax.attention.score_mod``); honoured by
+        ``masked`` and ``blocksparse`` (``pallas`` runs those parts on the plain-JAX engine;
+        ``auto`` then means ``blocksparse``; ``splash`` raises).
       **options: ``stride``, ``c``, ``block_size``, ``head_mode``, ``distinct_summaries``,
         ``implementation`` (module docstring).
 
@@ -278,6 +289,13 @@ def sparse_attention(
         raise ValueError(f"{name} option head_mode='split' needs an even number of heads; got {h}")
     numerics.check_dropout(dropout_rate, dropout_rng)
     scale = float(numerics.default_scale(scale, d))
+    if score_mod is not None and opts["implementation"] == "splash":
+        raise ValueError(
+            f"{name} implementation='splash' cannot add a positional score bias "
+            "(model.positional 'alibi'/'t5_bias'); use 'blocksparse' or 'masked'"
+        )
+    if score_mod is not None and opts["implementation"] == "auto":
+        opts["implementation"] = "blocksparse"
     if opts["implementation"] == "auto":
         # Splash on TPU, the Pallas kernels on GPU; the plain-JAX engine elsewhere and for
         # dropout.
@@ -307,6 +325,7 @@ def sparse_attention(
         scale=scale,
         drop=dropout_rate,
         drop_rng=dropout_rng,
+        score_mod=score_mod,
     )
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -56,6 +57,9 @@ class Context:
       dropout_rate, dropout_rng: attention-probability dropout (one fold-in per part).
       engine: ``"jax"`` (the plain-JAX engine ``blockwise``) or ``"pallas"`` (the kernels of
         ``pallas_blocks``; a part they cannot run falls back to ``"jax"``, logged).
+      score_mod: optional positional bias (``seqjax.attention.score_mod.ScoreMod``, a
+        function of ``q - k`` such as ALiBi or T5's), applied by every part in its own
+        coordinates (``ScoreMod.remap``); parts with one run on the plain-JAX engine.
     """
 
     mask: jax.Array | None
@@ -65,6 +69,13 @@ class Context:
     dropout_rate: float = 0.0
     dropout_rng: jax.Array | None = None
     engine: str = "jax"
+    score_mod: Any = None
+
+    def with_heads(self, heads) -> Context:
+        """This context for a part that runs on the heads ``heads`` only (``None``: all)."""
+        if heads is None or self.score_mod is None:
+            return self
+        return dataclasses.replace(self, score_mod=self.score_mod.remap(heads=heads))
 
     def segments(self, kv_index=None):
         if self.q_seg is None:
@@ -89,12 +100,20 @@ def range_table(lo: np.ndarray, hi: np.ndarray, block_k: int):
     return table.astype(np.int32), count
 
 
-def _attend(q, k, v, ctx: Context, *, table, count, block_q, block_k, mask_fn, part, **over):
-    """One exact block-sparse part with its log-sum-exp ``[B, H, T]``."""
+def _attend(
+    q, k, v, ctx: Context, *, table, count, block_q, block_k, mask_fn, part, score_mod=None, **over
+):
+    """One exact block-sparse part with its log-sum-exp ``[B, H, T]`` (``score_mod``: the
+    context's bias in this part's coordinates, default ``ctx.score_mod``)."""
     kwargs = dict(mask=ctx.mask, segment_ids=ctx.segments())
     kwargs.update(over)
+    score_mod = ctx.score_mod if score_mod is None else score_mod
+    if score_mod is not None:
+        kwargs["score_mod"] = score_mod
     engine = blockwise.blockwise_attention
-    if ctx.engine == "pallas":
+    if ctx.engine == "pallas" and score_mod is not None:
+        _log_fallback(part, "the Pallas kernels take no score bias")
+    elif ctx.engine == "pallas":
         why = pallas_blocks.supported(
             q, k, v, block_q=block_q, block_k=block_k, table=table, dropout_rate=ctx.dropout_rate
         )
@@ -187,6 +206,9 @@ def columns(q, k, v, ctx: Context, *, stride: int, causal: bool, exclude_band: b
         return jnp.abs(qq - kk) >= 2 if exclude_band else jnp.ones_like(qq == kk)
 
     table, count = np.zeros((1, 1), np.int32), np.ones((1,), np.int32)
+    mod = None
+    if ctx.score_mod is not None:  # q - k = (r_q - r_k) l in the column layout
+        mod = ctx.score_mod.remap(q_map=lambda r: r * l, k_map=lambda r: r * l)
     out, lse = _attend(
         _to_columns(q, l),
         _to_columns(k, l),
@@ -198,6 +220,7 @@ def columns(q, k, v, ctx: Context, *, stride: int, causal: bool, exclude_band: b
         block_k=n,
         mask_fn=mask_fn,
         part=part,
+        score_mod=mod,
         mask=col["mask"],
         segment_ids=seg,
     )
@@ -251,6 +274,9 @@ def summaries(
 
     idx = jnp.asarray(positions)
     mask = None if ctx.mask is None else ctx.mask[:, idx]
+    mod = None
+    if ctx.score_mod is not None:  # key k of the gathered set sits at positions[k]
+        mod = ctx.score_mod.remap(k_map=lambda kk: jnp.asarray(positions)[kk])
     return _attend(
         q,
         k[:, idx],
@@ -262,6 +288,7 @@ def summaries(
         block_k=block_k,
         mask_fn=mask_fn,
         part=part,
+        score_mod=mod,
         mask=mask,
         segment_ids=ctx.segments(idx),
     )

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 import seqjax.data.images as images
-from seqjax.data import listops, objectives, packing, pipeline, seq2seq, store, subword
+from seqjax.data import listops, objectives, packing, pipeline, seq2seq, store, subword, words
 from seqjax.data.config import (
     CLASSIFICATION_DATASETS,
     DATASETS,
@@ -28,6 +28,7 @@ from seqjax.data.config import (
     SEQ2SEQ_DATASETS,
     TRANSLATION_DATASETS,
     VOCABS,
+    WORD_VOCAB_DATASETS,
 )
 from seqjax.data.sources import DataError
 from seqjax.data.vocab import Vocab
@@ -121,6 +122,15 @@ def config_problems(cfg) -> list[tuple[str, object, str]]:
             bad("spm_character_coverage", cov, "a number in [0.98, 1]")
         if not _is_int(cfg.get("spm_input_sentence_size")) or cfg.spm_input_sentence_size < 1:
             bad("spm_input_sentence_size", cfg.get("spm_input_sentence_size"), "a positive integer")
+    if cfg.get("vocab") == "words":
+        if name not in WORD_VOCAB_DATASETS:
+            bad("vocab", "words", f"a vocab other than 'words' for {name!r}: word vocabularies "
+                f"need a text corpus ({', '.join(WORD_VOCAB_DATASETS)})")  # fmt: skip
+        if not _is_int(cfg.get("words_min_count")) or cfg.words_min_count < 1:
+            bad("words_min_count", cfg.get("words_min_count"), "an integer >= 1")
+        size = cfg.get("words_max_size")
+        if not _is_int(size) or not (size == 0 or size >= 3):
+            bad("words_max_size", size, "0 (no limit) or an integer >= 3 (<eos>, <unk>, a word)")
     if name in SEQ2SEQ_DATASETS:
         for field in ("max_source_len", "max_target_len"):
             if not _is_int(cfg.get(field)) or cfg.get(field) < 2:
@@ -282,6 +292,8 @@ def info(cfg) -> DataInfo:
 
 def _vocab_kind(cfg):
     """`store.vocab`'s kind: 'bytes', 'chars' or the SentencePiece options."""
+    if cfg.vocab == "words":
+        return words.options_of(cfg)
     return subword.options_of(cfg) if cfg.vocab == "sentencepiece" else cfg.vocab
 
 

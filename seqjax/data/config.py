@@ -30,12 +30,18 @@ DATASETS = (
     "cifar10",
 )
 LM_DATASETS = ("pystdlib", "text_file", "enwik8", "text8", "duplication")
+WORD_DATASETS = ("wikitext103", "wikitext2")  # word-level LM corpora (seqjax/data/wikitext.py)
+DATASETS = DATASETS + WORD_DATASETS
+LM_DATASETS = LM_DATASETS + WORD_DATASETS
 CLASSIFICATION_DATASETS = ("listops", "imdb_bytes")
 TRANSLATION_DATASETS = ("translation_jsonl", "wmt14_ende")
 SEQ2SEQ_DATASETS = (*TRANSLATION_DATASETS, "copy", "reverse")
 # Images (seqjax.data.images): pixel-sequence classification or generation (data.image_task).
 IMAGE_DATASETS = ("fashion_mnist", "cifar10")
 VOCABS = ("bytes", "chars", "sentencepiece")
+VOCABS = VOCABS + ("words",)  # Transformer-XL's word vocabulary (seqjax/data/words.py)
+# Corpora with text to split into words (vocab='words').
+WORD_VOCAB_DATASETS = ("pystdlib", "text_file", "enwik8", "text8", *WORD_DATASETS)
 
 
 def _env(name: str):
@@ -76,6 +82,10 @@ def default_config() -> ml_collections.ConfigDict:
     # vocab='sentencepiece': number of ids, including the 4 special ids and the 256 byte pieces
     # that spell characters the model lacks (so decode(encode(s)) == s always).
     c.vocab_size = 8000
+    # vocab='words' (Transformer-XL; seqjax/data/words.py): keep words seen at least this often
+    # in the training split, and at most words_max_size ids including <eos>, <unk> (0: all).
+    c.words_min_count = 1
+    c.words_max_size = 0
     # vocab='sentencepiece': share of the characters that get their own piece (1.0: all).
     c.spm_character_coverage = 1.0
     # vocab='sentencepiece': most training sentences (lines) used; more are sub-sampled (a fixed

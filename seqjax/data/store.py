@@ -20,6 +20,8 @@ import tensorflow_datasets as tfds
 import seqjax.data.images as images
 from seqjax.data import classification, corpora, listops, sources, subword, translation, wmt14
 from seqjax.data import vocab as vocab_lib
+from seqjax.data import wikitext as wikitext_lib
+from seqjax.data import words as words_lib
 
 # config.data.name -> TFDS builder name (classes in corpora.py and classification.py).
 TFDS_NAMES = {
@@ -33,6 +35,8 @@ TFDS_NAMES = {
     "wmt14_ende": "seqjax_wmt14_ende",
     "fashion_mnist": "seqjax_fashion_mnist",
     "cifar10": "seqjax_cifar10",
+    "wikitext103": "seqjax_wikitext103",
+    "wikitext2": "seqjax_wikitext2",
 }
 _BUILDERS = {
     "seqjax_pystdlib": corpora.SeqjaxPystdlib,
@@ -45,6 +49,8 @@ _BUILDERS = {
     "seqjax_wmt14_ende": wmt14.SeqjaxWmt14Ende,
     "seqjax_fashion_mnist": images.SeqjaxFashionMnist,
     "seqjax_cifar10": images.SeqjaxCifar10,
+    "seqjax_wikitext103": wikitext_lib.SeqjaxWikitext103,
+    "seqjax_wikitext2": wikitext_lib.SeqjaxWikitext2,
 }
 
 
@@ -198,6 +204,15 @@ def vocab(key: DatasetKey, kind):
             return text.splitlines(keepends=True)
 
         return subword.SentencePieceVocab(subword.ensure_model(path, lines, kind))
+    if isinstance(kind, words_lib.WordOptions):  # config.data.vocab='words'
+        path = words_lib.vocab_path(
+            key.data_dir, key.tfds_name, key.config_name, metadata(key)["fingerprint"], kind
+        )
+
+        def train_text():
+            return bytes(tokens(key, "train", "bytes")).decode("utf-8", errors="replace")
+
+        return words_lib.ensure_vocab(path, train_text, kind)
     meta = metadata(key)
     return vocab_lib.Vocab("chars", tuple(meta["char_vocab"]), bool(meta["char_unk"]))
 

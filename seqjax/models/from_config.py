@@ -56,7 +56,22 @@ def transformer_config(config, info, *, causal: bool, num_classes: int = 0) -> T
         pooling=m.pooling,
         pad_id=info.pad_id,
         axial_shape=tuple(getattr(info, "image_shape", None) or ()),
+        **_positional_and_adaptive(m),
     )
+
+
+def _positional_and_adaptive(m) -> dict:
+    """The RoPE/T5 hyper-parameters and ``model.adaptive`` fields, when the config has them."""
+    out = {k: m[k] for k in ("rope_base", "t5_buckets", "t5_max_distance") if k in m}
+    a = m.get("adaptive")
+    if a is not None and a.get("enabled", False):
+        out.update(
+            adaptive=True,
+            adaptive_cutoffs=tuple(int(c) for c in a.cutoffs),
+            adaptive_div_val=a.div_val,
+            adaptive_tie_projs=a.tie_projs,
+        )
+    return out
 
 
 def make_model(cfg: TransformerConfig, task, *, decode: bool = False) -> nn.Module:

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from seqjax import attention as attention_lib
+from seqjax.attention import score_mod as score_mod_lib
 
 Dtype = Any
 
@@ -184,6 +185,12 @@ class MultiHeadAttention(nn.Module):
         projected once per source, on the first decoding call, and kept in the cache
         (``cross_key``/``cross_value`` ``[B, S, H, D]``, flag ``cross_ready``); later calls
         read them back without touching the context.
+      positional: ``"rope"`` rotates queries and keys, ``"alibi"``/``"t5_bias"`` hand the
+        mechanism a ``score_mod`` (``seqjax.attention.score_mod``); anything else: none.
+        Absolute positions: query i of T against S keys sits at ``S - T + i`` (Transformer-XL
+        memory first), or at the KV-cache index while decoding (keys enter the cache
+        rotated). Not applied to cross-attention.
+      rope_base, t5_buckets, t5_max_distance: the schemes' hyper-parameters.
     """
 
     num_heads: int
@@ -198,6 +205,10 @@ class MultiHeadAttention(nn.Module):
     decode: bool = False
     max_len: int | None = None
     cross_attention: bool = False
+    positional: str = "none"
+    rope_base: float = 10000.0
+    t5_buckets: int = 32
+    t5_max_distance: int = 128
 
     def _proj_module(self, name: str) -> HeadsProjection:
         return HeadsProjection(
@@ -254,6 +265,8 @@ class MultiHeadAttention(nn.Module):
         if self.dropout_rate > 0.0 and not deterministic:
             kwargs["dropout_rate"] = self.dropout_rate
             kwargs["dropout_rng"] = self.make_rng("dropout")
+        if self.positional in score_mod_lib.SCHEMES and not self.cross_attention:
+            q_BTHD, k_BSHD = self._positions(q_BTHD, k_BSHD, kwargs, self_cache)
         causal = self.causal
         if self_cache and mech.decode_state is not None:
             out_BTHD = self._recurrent_step(mech, q_BTHD, k_BSHD, v_BSHD, mask_BS, kwargs)
@@ -271,6 +284,41 @@ class MultiHeadAttention(nn.Module):
         return HeadsOutput(
             x_BTE.shape[-1], self.out_init_scale, self.dtype, self.param_dtype, name="out"
         )(out_BTHD)
+
+    def _positions(self, q_BTHD, k_BSHD, kwargs, self_cache):
+        """Applies ``self.positional``: rotates q/k (RoPE) or adds ``kwargs["score_mod"]``."""
+        t = q_BTHD.shape[1]
+        s = t if k_BSHD is None else k_BSHD.shape[1]
+        q_offset = s - t
+        if self_cache and self.has_variable("cache", "cache_index"):
+            q_offset = self.get_variable("cache", "cache_index")
+        if self.positional == "rope":
+            q_pos = (q_offset + jnp.arange(t))[None]
+            q_BTHD = score_mod_lib.apply_rope(q_BTHD, q_pos, self.rope_base)
+            if k_BSHD is not None:  # the cache's keys: new ones sit where the queries do
+                k_pos = q_pos if self_cache and t == s else jnp.arange(s)[None]
+                k_BSHD = score_mod_lib.apply_rope(k_BSHD, k_pos, self.rope_base)
+            return q_BTHD, k_BSHD
+        causal = self.causal or self.mechanism == "causal"
+        if self.positional == "alibi":
+            kwargs["score_mod"] = score_mod_lib.alibi(
+                self.num_heads, causal=causal, q_offset=q_offset
+            )
+        else:
+            table_NH = self.param(
+                "t5_bias",
+                nn.with_logical_partitioning(nn.initializers.normal(0.02), (None, "heads")),
+                (self.t5_buckets, self.num_heads),
+                self.param_dtype,
+            )
+            kwargs["score_mod"] = score_mod_lib.t5_bias(
+                table_NH,
+                causal=causal,
+                num_buckets=self.t5_buckets,
+                max_distance=self.t5_max_distance,
+                q_offset=q_offset,
+            )
+        return q_BTHD, k_BSHD
 
     def _cross_cache(self, mech, x_kv_BSE):
         """Cross-attention keys/values projected from the context once per source: on the
@@ -519,6 +567,10 @@ def attention_sublayer(
         decode=decode,
         max_len=cfg.max_len,
         cross_attention=context_BSE is not None,
+        positional=getattr(cfg, "positional", "none"),
+        rope_base=getattr(cfg, "rope_base", 10000.0),
+        t5_buckets=getattr(cfg, "t5_buckets", 32),
+        t5_max_distance=getattr(cfg, "t5_max_distance", 128),
         name=name,
     )(
         h_BTE,

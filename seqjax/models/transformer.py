@@ -17,11 +17,14 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from seqjax import attention as attention_lib
+from seqjax.attention import score_mod
+from seqjax.models import adaptive as adaptive_lib
 from seqjax.models import layers
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 POSITIONALS = ("sinusoidal", "learned", "none")
 POSITIONALS += ("axial",)  # row + column (+ channel) of image data (layers.AxialPositions)
+POSITIONALS = POSITIONALS + score_mod.SCHEMES  # rope, alibi, t5_bias (in the attention)
 POOLINGS = ("mean", "cls")
 
 
@@ -39,6 +42,13 @@ class TransformerConfig:
       attention: per-layer cycle of ``(mechanism name, frozen options)``; layer i uses
         ``attention[i % len(attention)]``.
       positional: "sinusoidal" | "learned" | "none" | "axial" (images: ``axial_shape``).
+      positional: "sinusoidal" | "learned" | "none", or a scheme applied in attention
+        (``seqjax.attention.score_mod``): "rope" | "alibi" | "t5_bias".
+      rope_base: RoPE's base (Su et al. 2021: 10000).
+      t5_buckets, t5_max_distance: T5 relative-bias buckets and their range (32, 128).
+      adaptive: adaptive input and adaptive softmax (``seqjax.models.adaptive``) with
+        ``adaptive_cutoffs``, ``adaptive_div_val`` and ``adaptive_tie_projs``; the LM's
+        "logits" are then its exact log-probabilities (tables always tied).
       tie_embeddings: output logits use the token embedding matrix.
       dtype: compute dtype name ("float32" | "bfloat16"); parameters stay float32.
       ff_chunk_size: apply the MLP to chunks of this many positions (0 = whole sequence).
@@ -70,6 +80,13 @@ class TransformerConfig:
     pooling: str = "mean"
     pad_id: int | None = 0
     axial_shape: tuple = ()  # positional="axial": the data's image (H, W, C)
+    rope_base: float = 10000.0
+    t5_buckets: int = 32
+    t5_max_distance: int = 128
+    adaptive: bool = False
+    adaptive_cutoffs: tuple = ()
+    adaptive_div_val: float = 1
+    adaptive_tie_projs: bool = True
 
     def __post_init__(self):
         checks = {
@@ -88,6 +105,11 @@ class TransformerConfig:
             )
         for name, opts in self.attention:
             attention_lib.check_options(name, dict(opts))
+        score_mod.check_supported(self.positional, self.attention)
+        if self.adaptive:
+            adaptive_lib.check_cutoffs(
+                self.adaptive_cutoffs, self.vocab_size, self.adaptive_div_val
+            )
         if self.d_model % self.num_heads and not self.head_dim:
             raise ValueError(
                 f"model.d_model={self.d_model} is not divisible by model.num_heads="
@@ -188,8 +210,8 @@ class Encoder(nn.Module):
         if self.decode:
             for name, _ in dict.fromkeys(cfg.attention):
                 layers.check_decodable(name, self.causal or name == "causal")
-        embed = layers.token_embedding(cfg)
-        x_BTE = embed(tokens_BT)
+        embed = adaptive_embedding(cfg) if cfg.adaptive else layers.token_embedding(cfg)
+        x_BTE = embed.embed(tokens_BT) if cfg.adaptive else embed(tokens_BT)
         if prefix_BPE is not None:  # e.g. a CLS vector prepended by the classifier
             x_BTE = jnp.concatenate([prefix_BPE.astype(x_BTE.dtype), x_BTE], axis=1)
         t = x_BTE.shape[1]
@@ -234,6 +256,18 @@ class Encoder(nn.Module):
         return layers.norm(name="ln_final")(x_BTE), embed
 
 
+def adaptive_embedding(cfg) -> adaptive_lib.AdaptiveSoftmax:
+    """The adaptive input/softmax pair of ``cfg`` (Transformer-XL's tied tables)."""
+    return adaptive_lib.AdaptiveSoftmax(
+        vocab_size=cfg.vocab_size,
+        cutoffs=tuple(cfg.adaptive_cutoffs),
+        div_val=cfg.adaptive_div_val,
+        d_model=cfg.d_model,
+        tie_projs=cfg.adaptive_tie_projs,
+        name="adaptive",
+    )
+
+
 class TransformerLM(nn.Module):
     """Decoder-only language model: tokens ``[B, T]`` -> float32 logits ``[B, T, V]``.
 
@@ -262,7 +296,9 @@ class TransformerLM(nn.Module):
             positions_BT=positions_BT,
             deterministic=deterministic,
         )
-        if cfg.tie_embeddings:
+        if cfg.adaptive:  # exact log-probabilities: a softmax of them is themselves
+            logits_BTV = embed.log_probs(x_BTE)
+        elif cfg.tie_embeddings:
             logits_BTV = embed.attend(x_BTE.astype(jnp.float32))
         else:
             logits_BTV = nn.Dense(

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from seqjax.models import layers
-from seqjax.models.transformer import TransformerConfig
+from seqjax.models.transformer import TransformerConfig, adaptive_embedding
 
 
 class XLBlock(nn.Module):
@@ -104,8 +104,9 @@ class TransformerXL(nn.Module):
                 )
             # SG(m_tau) in §3.2: no gradient flows into the memory.
             mems = tuple(jax.lax.stop_gradient(m) for m in mems)
-        embed = layers.token_embedding(cfg)
-        x_BTE = embed(tokens_BT)
+        adaptive = getattr(cfg, "adaptive", False)  # adaptive input/softmax (WikiText-103)
+        embed = adaptive_embedding(cfg) if adaptive else layers.token_embedding(cfg)
+        x_BTE = embed.embed(tokens_BT) if adaptive else embed(tokens_BT)
         x_BTE = nn.Dropout(cfg.dropout_rate)(x_BTE, deterministic=deterministic)
         kv_mask_BS = jnp.concatenate([valid_BM, jnp.ones((b, t), bool)], axis=1)
         shared = layers.shared_attention_params(self, cfg)
@@ -116,7 +117,10 @@ class TransformerXL(nn.Module):
             )
             hiddens.append(x_BTE)
         x_BTE = layers.norm(name="ln_final")(x_BTE)
-        logits_BTV = embed.attend(x_BTE.astype(jnp.float32)).astype(jnp.float32)
+        if adaptive:  # exact log-probabilities (seqjax.models.adaptive)
+            logits_BTV = embed.log_probs(x_BTE)
+        else:
+            logits_BTV = embed.attend(x_BTE.astype(jnp.float32)).astype(jnp.float32)
         return logits_BTV, update_memory(mems, valid_BM, hiddens, self.mem_len)
 
 

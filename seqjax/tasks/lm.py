@@ -58,6 +58,9 @@ class LanguageModel(base.Task):
         vocab = config.data.get("vocab")
         out["bits_per_char" if vocab == "chars" else "bits_per_byte"] = bits(loss)
         out["perplexity"] = math.exp(min(loss, 700.0))
+        if vocab == "words":  # per word (<eos> counted, as Transformer-XL), not per byte
+            out.pop("bits_per_byte")
+            out["word_perplexity"] = out["perplexity"]
         return out
 
     def flops_per_step(self, run) -> float:

@@ -77,6 +77,7 @@ def validate(config, *, num_devices: int | None = None, process_count: int | Non
         bad("model.dtype", m.dtype, ", ".join(DTYPES))
     if m.positional not in POSITIONALS:
         bad("model.positional", m.positional, ", ".join(POSITIONALS))
+    errors.extend(_positional_and_adaptive_problems(m))
     if m.pooling not in POOLINGS:
         bad("model.pooling", m.pooling, ", ".join(POOLINGS))
     if m.positional == "axial" and d.get("name") not in IMAGE_DATASETS:
@@ -270,3 +271,27 @@ def _validate_values(config, bad, errors: list) -> None:
             jax.eval_shape(functools.partial(mech.fn, causal=causal, **opts), q, q, q)
         except (ValueError, TypeError, NotImplementedError) as e:
             errors.append(f"config.model.attention_options.{name}={opts}: {e}")
+
+
+def _positional_and_adaptive_problems(m) -> list[str]:
+    """A score-bias ``model.positional`` on a mechanism that cannot add it, and
+    ``model.adaptive.cutoffs`` that do not increase (the vocabulary bound is checked when the
+    data's vocabulary is known)."""
+    from seqjax.attention import score_mod
+    from seqjax.models import adaptive
+    from seqjax.models.transformer import attention_cycle
+
+    problems = []
+    try:
+        cycle = attention_cycle(m.attention, m.get("attention_options"))
+        score_mod.check_supported(m.positional, cycle)
+    except ValueError as e:  # unknown names are reported above
+        if "positional" in str(e):
+            problems.append(f"config.{e}")
+    a = m.get("adaptive")
+    if a is not None and a.get("enabled", False):
+        try:
+            adaptive.check_cutoffs(tuple(a.cutoffs), 2**31, a.div_val)
+        except ValueError as e:
+            problems.append(f"config.{e}")
+    return problems

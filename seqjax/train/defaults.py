@@ -41,6 +41,15 @@ def model() -> ml_collections.ConfigDict:
     c.dropout_rate = 0.0  # residual and embedding dropout
     c.attention_dropout_rate = 0.0  # dropout on attention probabilities
     c.positional = "sinusoidal"  # "sinusoidal" | "learned" | "none"
+    # ... or in the attention: "rope" | "alibi" | "t5_bias" (seqjax/attention/score_mod.py)
+    c.rope_base = 10000.0  # RoPE's base (Su et al. 2021)
+    c.t5_buckets = 32  # T5 relative-bias buckets (Raffel et al. 2020)
+    c.t5_max_distance = 128  # T5 relative bias: distances beyond share the last bucket
+    # Adaptive input + adaptive softmax (Baevski & Auli 2019; Grave et al. 2017) as in
+    # Transformer-XL: cluster boundaries, width divisor per cluster, tied projections.
+    c.adaptive = ml_collections.ConfigDict(
+        {"enabled": False, "cutoffs": (), "div_val": 1, "tie_projs": True}
+    )
     c.tie_embeddings = True  # LM logits use the token embedding matrix
     c.dtype = "float32"  # compute dtype: "float32" | "bfloat16" (parameters stay float32)
     c.ff_chunk_size = 0  # feed-forward over chunks of this many positions (0 = whole)
