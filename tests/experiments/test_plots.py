@@ -185,7 +185,7 @@ def _all_titles(fig) -> str:
         ("lra_speed", "lra_speed/results/issue27/lra_speed_cpu.json",
          ["T=1K..2K"], "measured under load"),
         ("lra_memory", "lra_speed/results/lra_memory_cpu_b32.json",
-         ["batch 32", "T=4096", "6 of 6 variants exceed"], "measured under load"),
+         ["batch 32", "T=4096", "6 of 6 variants exceed"], None),
         ("reformer_growth", "reformer/results/growth.json",
          ["65,536 tokens per batch", "min of 3"], "measured under load"),
         ("sparse_transformer", "sparse_transformer/results/cpu.json",
@@ -211,6 +211,11 @@ def test_timing_plots_say_scale_and_load(tmp_path, figures, function, results_fi
         assert ax.get_xlabel() and ax.get_ylabel()
 
 
+def test_linformer_smoke_plot_claims_no_paper_values(tmp_path, figures):
+    _draw("linformer", "linformer/results/linformer_smoke.json", tmp_path)
+    assert "no paper values" in figures["p.png"]._suptitle.get_text()
+
+
 def test_timing_plots_draw_paper_values(tmp_path, figures):
     """The paper's numbers, from the results file, are drawn as labelled black/x markers."""
     _draw("transformer_xl", "transformer_xl/results/eval_speed_cpu.json", tmp_path)
@@ -233,6 +238,7 @@ def test_dense_plots_title_and_goals(tmp_path, figures):
     assert "issue goal >= 1.5x" in title
     assert "load not recorded" in _texts(figures["d_ms.png"])
     assert figures["d_mib.png"].axes[0].get_ylabel() == "compiled peak MiB"
+    assert _texts(figures["d_mib.png"]) == ""  # compiled memory does not depend on the load
 
 
 def test_scripts_draw_with_timing_plots():
