@@ -249,12 +249,13 @@ def sparse_transformer(payload: dict, path) -> None:
         sel = [r for r in rows if (r["mechanism"], r["implementation"]) == (name, impl)]
         timed = [r for r in sel if r.get("median_s") is not None]
         if timed:
-            ax_t.plot(
-                [r["seq_len"] for r in timed],
-                [r["median_s"] for r in timed],
-                "o-",
-                label=f"{name} {impl}",
-            )
+            ys = [r["median_s"] for r in timed]
+            spread = [  # the repeats' range around the median
+                [y - min(r.get("times_s") or [y]) for y, r in zip(ys, timed)],
+                [max(r.get("times_s") or [y]) - y for y, r in zip(ys, timed)],
+            ]
+            xs = [r["seq_len"] for r in timed]
+            ax_t.errorbar(xs, ys, yerr=spread, fmt="o-", capsize=2, label=f"{name} {impl}")
         mem = [r for r in sel if r.get("predicted_gb") is not None]
         ax_m.plot(
             [r["seq_len"] for r in mem],
@@ -275,8 +276,8 @@ def sparse_transformer(payload: dict, path) -> None:
     fig.suptitle(
         f"Sparse Transformer attention vs dense, one layer ({meta.get('scale')} scale): "
         f"batch 1, {meta['heads']} heads x {meta['head_dim']}, "
-        f"{_span([r['seq_len'] for r in rows])}, median of {repeats}; Child et al. 2019 gives "
-        "no comparable timing",
+        f"{_span([r['seq_len'] for r in rows])}, median of {repeats} (bars: range); "
+        "Child et al. 2019 gives no comparable timing",
         fontsize=8.5,
     )
     plotting.mark_timing(fig, payload)

@@ -268,3 +268,17 @@ def test_every_committed_png_is_replotted():
         ["git", "ls-files", "*.png"], cwd=EXPERIMENTS, capture_output=True, text=True, check=True
     ).stdout.split()
     assert {Path(p) for p in tracked} <= listed
+
+
+def test_timing_plots_with_repeats_have_error_bars(tmp_path, figures):
+    """Where the results file keeps every repeat's time, the plot shows their range."""
+    from matplotlib.container import ErrorbarContainer
+
+    for function, results_file in [
+        ("sparse_transformer", "sparse_transformer/results/cpu.json"),
+        ("reformer_growth", "reformer/results/growth.json"),
+    ]:
+        _draw(function, results_file, tmp_path)
+        ax = figures["p.png"].axes[0]
+        assert any(isinstance(c, ErrorbarContainer) for c in ax.containers), function
+        assert "bars:" in _all_titles(figures["p.png"])
