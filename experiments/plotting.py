@@ -24,19 +24,43 @@ def _load_averages(payload: dict) -> list[float]:
         v = payload.get(key)
         if isinstance(v, list | tuple):
             values += [float(x) for x in v if isinstance(x, int | float)]
+    # Recorded (1, 5, 15)-minute triples: only the 1-minute value counts.
+    triples = [
+        (payload.get("load") or {}).get("loadavg_before"),
+        (payload.get("load") or {}).get("loadavg_after"),
+        (payload.get("machine") or {}).get("load_average_at_start"),
+        (payload.get("environment") or {}).get("loadavg"),
+    ]
     for row in payload.get("rows") or []:
         if isinstance(row, dict):
             for key in ("loadavg_before", "loadavg_after", "load_avg_1min"):
                 if isinstance(row.get(key), int | float):
                     values.append(float(row[key]))
+            if isinstance(row.get("load"), dict):
+                triples += [row["load"].get("loadavg_before"), row["load"].get("loadavg_after")]
+    for t in triples:
+        if isinstance(t, list | tuple) and t and isinstance(t[0], int | float):
+            values.append(float(t[0]))
     return values
+
+
+def _cores(payload: dict) -> int:
+    for key in ("environment", "machine"):
+        if isinstance(payload.get(key), dict) and payload[key].get("cpu_count"):
+            return int(payload[key]["cpu_count"])
+    return 2
+
+
+def load_recorded(payload: dict) -> bool:
+    """Whether the results file records the machine's load at all."""
+    return bool(_load_averages(payload) or (payload.get("load") or {}).get("noisy") is not None)
 
 
 def load_note(payload: dict) -> str | None:
     """A sentence when the results file records that the machine was loaded while the
     timings were taken (``load.noisy``, a summary row's ``noisy``, or a recorded load
     average above ``LOADED_FACTOR`` x cores), else None."""
-    cores = int((payload.get("environment") or {}).get("cpu_count") or 2)
+    cores = _cores(payload)
     load = payload.get("load") or {}
     noisy_rows = [r for r in payload.get("summary") or [] if r.get("noisy") is True]
     if load.get("noisy"):
@@ -60,6 +84,19 @@ def mark_load(fig, payload: dict) -> str | None:
     note = load_note(payload)
     if note:
         fig.text(0.01, 0.005, note, color="firebrick", fontsize=7.5, ha="left", va="bottom")
+    return note
+
+
+def mark_timing(fig, payload: dict) -> str:
+    """For a timing plot: ``mark_load``'s red note, or a grey "load not recorded" when the
+    results file has no load record (its timings may include other processes' work)."""
+    note = mark_load(fig, payload)
+    if note:
+        return note
+    if load_recorded(payload):
+        return ""
+    note = "load not recorded: timings may include other processes' work"
+    fig.text(0.01, 0.005, note, color="dimgray", fontsize=7.5, ha="left", va="bottom")
     return note
 
 

@@ -31,24 +31,39 @@ PLOTS = [
     ("lra_accuracy/run.py", "lra_accuracy/results/lra_accuracy_cpu_adamw", "file"),
     ("lra_accuracy/run.py", "lra_accuracy/results/lra_accuracy_smoke", "file"),
     ("char_lm_quality/run.py", "char_lm_quality/results/char_lm_cpu", "file"),
+    # script:function -- the timing studies' plots live in timing_plots.py
+    ("timing_plots.py:dense", "dense_attention/results/dense_cpu", "folder"),
+    ("timing_plots.py:linformer", "linformer/results/linformer_cpu", "file"),
+    ("timing_plots.py:linformer", "linformer/results/linformer_smoke", "file"),
+    ("timing_plots.py:lra_speed", "lra_speed/results/lra_speed_cpu", "file"),
+    ("timing_plots.py:lra_speed", "lra_speed/results/issue27/lra_speed_cpu", "file"),
+    ("timing_plots.py:lra_memory", "lra_speed/results/lra_memory_cpu_b32", "file"),
+    ("timing_plots.py:reformer_growth", "reformer/results/growth", "file"),
+    ("timing_plots.py:sparse_transformer", "sparse_transformer/results/cpu", "file"),
+    ("timing_plots.py:train_throughput", "train_throughput/results/cpu", "file"),
+    ("timing_plots.py:train_throughput", "train_throughput/results/smoke", "file"),
+    ("timing_plots.py:transformer_xl", "transformer_xl/results/eval_speed_cpu", "file"),
 ]
 
 
 def replot(root: Path = HERE, out: Path | None = None) -> list[Path]:
     """Draws every plot of ``PLOTS`` from ``root``'s results into ``out`` (default: beside
     each results file); returns the files written."""
+    sys.path.insert(0, str(root))  # the scripts import plotting.py
     written = []
-    for script, results, kind in PLOTS:
+    for entry, results, kind in PLOTS:
+        script, _, function = entry.partition(":")
         name = "study_" + script.replace("/", "_").removesuffix(".py")
         module = config_files.load_file(root / script, name, register=True)
+        plot = getattr(module, function or "plot")
         payload = json.loads((root / f"{results}.json").read_text())
         folder = out or (root / results).parent
         stem = Path(results).name
         if kind == "folder":
-            module.plot(payload, folder, stem)
+            plot(payload, folder, stem)
             written += sorted(Path(folder).glob(f"{stem}_*.png"))
         else:
-            module.plot(payload, Path(folder) / f"{stem}.png")
+            plot(payload, Path(folder) / f"{stem}.png")
             written.append(Path(folder) / f"{stem}.png")
     return written
 

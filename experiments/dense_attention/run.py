@@ -14,6 +14,7 @@ Goals (issue 2): ``chunked`` at least as fast as ``reference`` at 4K non-causal,
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import jax
@@ -116,22 +117,12 @@ def main(argv=None):
     bench.write_results(
         out, f"dense_{args.scale}", {"rows": rows, "scale": args.scale, "summary": summary}, md
     )
-    for metric, label in (("ms", "forward+backward ms"), ("mib", "compiled peak MiB")):
-        series = {}
-        for impl in ("reference", "chunked"):
-            for causal in (False, True):
-                sel = [r for r in rows if r["causal"] == causal]
-                series[f"{impl}{' causal' if causal else ''}"] = (
-                    [r["seq"] for r in sel],
-                    [r[f"{impl}_{metric}"] for r in sel],
-                )
-        bench.plot_lines(
-            out / f"dense_{args.scale}_{metric}.png",
-            series,
-            xlabel="sequence length",
-            ylabel=label,
-            title=f"Dense attention ({bench.device_label()})",
-        )
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import timing_plots  # experiments/timing_plots.py
+
+    timing_plots.dense(
+        {"rows": rows, "scale": args.scale, "summary": summary}, out, f"dense_{args.scale}"
+    )
     print(md)
 
 

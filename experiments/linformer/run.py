@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -257,47 +258,6 @@ def markdown(meta: dict, rows: list[dict], table: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(meta: dict, table: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4.2))
-    ks = sorted({e["k"] for e in table})
-    for i, k in enumerate(ks):
-        es = [e for e in table if e["k"] == k]
-        color = f"C{i}"
-        for key, style, label in (
-            ("speedup_vs_reference", "-o", "vs reference"),
-            ("speedup_vs_chunked", "--s", "vs chunked"),
-        ):
-            pts = [(e["n"], e[key]) for e in es if e[key] is not None]
-            if pts:
-                ax_t.plot(*zip(*pts), style, color=color, label=f"k={k} {label}", ms=4)
-        paper = [(e["n"], e["paper_speedup"]) for e in es if e["paper_speedup"]]
-        if paper:
-            ax_t.plot(*zip(*paper), ":x", color=color, label=f"k={k} paper", ms=5)
-        pts = [(e["n"], e["memory_vs_reference"]) for e in es]
-        ax_m.plot(*zip(*pts), "-o", color=color, label=f"k={k} vs reference", ms=4)
-    paper_m = [(n, v[128]) for n, v in PAPER_MEMORY.items()]
-    ax_m.plot(*zip(*paper_m), "kx", ms=8, label="paper, k=128")
-    for ax, title in ((ax_t, "inference speed-up"), (ax_m, "peak memory saved")):
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log", base=2)
-        ax.set_xlabel("sequence length n")
-        ax.set_ylabel(f"dense / Linformer ({title})")
-        ax.grid(True, which="both", alpha=0.3)
-    ax_t.set_title("Time, one encoder layer (solid: reference, dashed: chunked)")
-    ax_m.set_title("Predicted peak memory vs dense reference")
-    ax_t.legend(fontsize=6, ncol=2)
-    ax_m.legend(fontsize=6)
-    fig.suptitle(f"Linformer vs dense ({meta['scale']}, {meta['machine']})", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--scale", default="cpu", choices=sorted(SCALES))
@@ -343,7 +303,10 @@ def main(argv=None) -> dict:
     result["summary"] = summary_rows(result)
     stem.with_suffix(".json").write_text(json.dumps(result, indent=1))
     stem.with_suffix(".md").write_text(markdown(meta, rows, table))
-    plot(meta, table, stem.with_suffix(".png"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import timing_plots  # experiments/timing_plots.py
+
+    timing_plots.linformer(result, stem.with_suffix(".png"))
     print(stem.with_suffix(".md").read_text())
     return result
 

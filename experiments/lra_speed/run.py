@@ -304,16 +304,11 @@ def main(argv=None) -> dict:
     if args.remat:
         stem += "_remat"
     bench.write_results(args.out, stem, payload, md)
-    key = "peak_gb" if args.memory_only else "steps_per_s"
-    series = {}
-    for variant in wanted:
-        pts = [(r["T"], r.get(key)) for r in rows if r["variant"] == variant]
-        series[variant] = ([x for x, _ in pts], [y for _, y in pts])
-    bench.plot_lines(
-        Path(args.out) / f"{stem}.png", series, xlabel="sequence length T",
-        ylabel="peak GB (XLA prediction)" if args.memory_only else "train steps/s",
-        title=f"LRA Text train step ({args.scale}, batch {scale.batch})",
-    )  # fmt: skip
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import timing_plots  # experiments/timing_plots.py
+
+    plot = timing_plots.lra_memory if args.memory_only else timing_plots.lra_speed
+    plot(payload, Path(args.out) / f"{stem}.png")
     print(md)
     return payload
 

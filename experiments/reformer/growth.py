@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -105,13 +106,10 @@ def main(argv=None):
     payload["times_s"] = {f"T{t}_{'factorized' if f else 'flat'}": v for (t, f), v in times.items()}
     payload["summary"] = summary_rows(payload) if args.scale != "smoke" else []
     bench.write_results(out, name, payload, md)
-    bench.plot_lines(
-        out / f"{name}.png",
-        {r["hashing"]: ([t0, t1], [r[f"ms_T{t0}"], r[f"ms_T{t1}"]]) for r in rows},
-        xlabel="sequence length T (fixed tokens per batch)",
-        ylabel="forward+backward ms (min)",
-        title=f"LSH-{h} time vs T ({bench.device_label()})",
-    )
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import timing_plots  # experiments/timing_plots.py
+
+    timing_plots.reformer_growth(payload, out / f"{name}.png")
     print(md, flush=True)
     return rows
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -182,34 +183,10 @@ def write_outputs(rows, meta, out: Path, scale: str):
         )
     (out / f"{scale}.md").write_text("\n".join(lines) + "\n")
 
-    import matplotlib
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import timing_plots  # experiments/timing_plots.py
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(10, 4))
-    for name, impl in METHODS:
-        sel = [r for r in rows if (r["mechanism"], r["implementation"]) == (name, impl)]
-        timed = [r for r in sel if "median_s" in r]
-        label = f"{name} {impl}"
-        if timed:
-            ax_t.plot(
-                [r["seq_len"] for r in timed], [r["median_s"] for r in timed], "o-", label=label
-            )
-        mem = [r for r in sel if r["predicted_gb"] is not None]
-        ax_m.plot([r["seq_len"] for r in mem], [r["predicted_gb"] for r in mem], "o-", label=label)
-    for ax, ylabel in ((ax_t, "fwd+bwd seconds (median)"), (ax_m, "predicted peak GB")):
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("sequence length T (stride ≈ sqrt(T))")
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3)
-    ax_m.axhline(meta["max_gb"], color="gray", ls="--", lw=1)
-    ax_t.legend(fontsize=7)
-    fig.suptitle(f"Sparse Transformer attention, one layer ({meta['device']})", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out / f"{scale}.png", dpi=120)
-    plt.close(fig)
+    timing_plots.sparse_transformer(payload, out / f"{scale}.png")
 
 
 def main(argv=None):

@@ -22,6 +22,7 @@ import argparse
 import copy
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -162,22 +163,10 @@ def write(results: dict, scale: str, out=None) -> None:
         )
     (out / f"{scale}.md").write_text("\n".join(lines) + "\n")
 
-    import matplotlib
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import timing_plots  # experiments/timing_plots.py
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = [n for n, r in rows.items() if r["fits"]]
-    fig, ax = plt.subplots(figsize=(6, 3))
-    x = np.arange(len(names))
-    ax.bar(x - 0.2, [rows[n]["tokens_per_s"] for n in names], 0.4, label="jitted step")
-    ax.bar(x + 0.2, [rows[n]["end_to_end_tokens_per_s"] for n in names], 0.4, label="end to end")
-    ax.set_xticks(x, names)
-    ax.set_ylabel("tokens / s")
-    ax.set_title(f"char_lm training throughput ({results['machine']['device_kind']})")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / f"{scale}.png", dpi=120)
+    timing_plots.train_throughput(results, out / f"{scale}.png")
 
 
 def main(argv=None):

@@ -20,6 +20,7 @@ medians), and every row says whether other processes loaded the machine (``noisy
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import jax
@@ -223,31 +224,11 @@ def main(argv=None):
     bench.write_results(
         out, f"eval_speed_{args.scale}", {"rows": rows, "scale": s, "summary": summary}, md
     )
-    lines = {
-        "paper": (
-            [r["attn_len"] for r in rows if r["tgt_len"] == rows[0]["tgt_len"]],
-            [r["paper_speedup"] for r in rows if r["tgt_len"] == rows[0]["tgt_len"]],
-        )
-    }
-    for t in s["tgts"]:
-        sel = [r for r in rows if r["tgt_len"] == (r["attn_len"] // 2 if t == "half" else int(t))]
-        seg = "tgt = L/2" if t == "half" else f"tgt = {t}"
-        for impl in VANILLA_IMPLS:
-            lines[f"ours, {seg}, vs {impl}"] = (
-                [r["attn_len"] for r in sel],
-                [r[f"speedup_vs_{impl}"] for r in sel],
-            )
-        lines[f"ours (materialized relative), {seg}, vs chunked"] = (
-            [r["attn_len"] for r in sel],
-            [r["xl_reference_speedup_vs_chunked"] for r in sel],
-        )
-    bench.plot_lines(
-        out / f"eval_speed_{args.scale}.png",
-        lines,
-        xlabel="attention length",
-        ylabel="speed-up over vanilla (x)",
-        title=f"Transformer-XL evaluation speed ({bench.device_label()})",
-        logx=False,
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import timing_plots  # experiments/timing_plots.py
+
+    timing_plots.transformer_xl(
+        {"rows": rows, "scale": s, "summary": summary}, out / f"eval_speed_{args.scale}.png"
     )
     print(md)
 

@@ -157,3 +157,128 @@ def test_replot_draws_every_listed_plot(tmp_path):
         stem = EXPERIMENTS / result
         assert stem.with_suffix(".json").exists()
         assert list(stem.parent.glob(stem.name + "*.png")), stem
+
+
+def _draw(function: str, results_file: str, tmp_path, *folder_stem):
+    timing = load_script("timing_plots.py")
+    payload = results(results_file)
+    if folder_stem:
+        getattr(timing, function)(payload, tmp_path, *folder_stem)
+    else:
+        getattr(timing, function)(payload, tmp_path / "p.png")
+    return payload
+
+
+def _all_titles(fig) -> str:
+    return " ".join(
+        [fig._suptitle.get_text() if fig._suptitle else ""] + [ax.get_title() for ax in fig.axes]
+    )
+
+
+@pytest.mark.parametrize(
+    "function,results_file,must_say,load",
+    [
+        ("linformer", "linformer/results/linformer_cpu.json",
+         ["Table 3", "cpu scale", "d=256", "T=512..64K"], "load not recorded"),
+        ("lra_speed", "lra_speed/results/lra_speed_cpu.json",
+         ["LRA Table 2", "batch 1", "T=1K..8K", "median of 3", "dense-reference at 8K"], None),
+        ("lra_speed", "lra_speed/results/issue27/lra_speed_cpu.json",
+         ["T=1K..2K"], "measured under load"),
+        ("lra_memory", "lra_speed/results/lra_memory_cpu_b32.json",
+         ["batch 32", "T=4096", "6 of 6 variants exceed"], None),
+        ("reformer_growth", "reformer/results/growth.json",
+         ["65,536 tokens per batch", "min of 3"], "measured under load"),
+        ("sparse_transformer", "sparse_transformer/results/cpu.json",
+         ["cpu scale", "8 heads x 64", "T=1K..12K"], "measured under load"),
+        ("train_throughput", "train_throughput/results/cpu.json",
+         ["cpu scale", "452,352 parameters", "10 steps"], None),
+        ("transformer_xl", "transformer_xl/results/eval_speed_cpu.json",
+         ["Table 9", "4 layers", "L=800..3800", "median of 5"], None),
+    ],
+)  # fmt: skip
+def test_timing_plots_say_scale_and_load(tmp_path, figures, function, results_file, must_say, load):
+    _draw(function, results_file, tmp_path)
+    fig = figures["p.png"]
+    titles = _all_titles(fig)
+    for phrase in must_say:
+        assert phrase in titles, (phrase, titles)
+    notes = _texts(fig)
+    if load is None:  # recorded and not loaded: no mark at all
+        assert notes == "" or "load" not in notes
+    else:
+        assert load in notes
+    for ax in fig.axes:  # axis labels with units
+        assert ax.get_xlabel() and ax.get_ylabel()
+
+
+def test_linformer_smoke_plot_claims_no_paper_values(tmp_path, figures):
+    _draw("linformer", "linformer/results/linformer_smoke.json", tmp_path)
+    assert "no paper values" in figures["p.png"]._suptitle.get_text()
+
+
+def test_timing_plots_draw_paper_values(tmp_path, figures):
+    """The paper's numbers, from the results file, are drawn as labelled black/x markers."""
+    _draw("transformer_xl", "transformer_xl/results/eval_speed_cpu.json", tmp_path)
+    ax = figures["p.png"].axes[0]
+    paper = next(line for line in ax.get_lines() if line.get_label() == "paper (Table 9)")
+    assert list(paper.get_ydata()) == [363, 773, 1409, 1874]
+    _draw("lra_speed", "lra_speed/results/lra_speed_cpu.json", tmp_path)
+    ax = figures["p.png"].axes[0]
+    linformer = next(line for line in ax.get_lines() if line.get_label() == "Linformer (paper)")
+    assert linformer.get_ydata()[-1] == pytest.approx(7.7 / 1.4)  # Table 2, 4K, vs Transformer
+    _draw("linformer", "linformer/results/linformer_cpu.json", tmp_path)
+    ax_m = figures["p.png"].axes[1]
+    assert any(line.get_label().startswith("paper") for line in ax_m.get_lines())
+
+
+def test_dense_plots_title_and_goals(tmp_path, figures):
+    _draw("dense", "dense_attention/results/dense_cpu.json", tmp_path, "d")
+    title = figures["d_ms.png"].axes[0].get_title()
+    assert "8 heads x 64" in title and "T=1K..16K" in title and "median of 3" in title
+    assert "issue goal >= 1.5x" in title
+    assert "load not recorded" in _texts(figures["d_ms.png"])
+    assert figures["d_mib.png"].axes[0].get_ylabel() == "compiled peak MiB"
+    assert _texts(figures["d_mib.png"]) == ""  # compiled memory does not depend on the load
+
+
+def test_scripts_draw_with_timing_plots():
+    """A fresh run of each timing study draws the same plot replot.py draws."""
+    for script, function in [
+        ("dense_attention/run.py", "timing_plots.dense("),
+        ("linformer/run.py", "timing_plots.linformer("),
+        ("lra_speed/run.py", "timing_plots.lra_speed"),
+        ("reformer/growth.py", "timing_plots.reformer_growth("),
+        ("sparse_transformer/run.py", "timing_plots.sparse_transformer("),
+        ("train_throughput/run.py", "timing_plots.train_throughput("),
+        ("transformer_xl/eval_speed.py", "timing_plots.transformer_xl("),
+    ]:
+        text = (EXPERIMENTS / script).read_text()
+        assert function in text and "bench.plot_lines" not in text, script
+
+
+def test_every_committed_png_is_replotted():
+    import subprocess
+
+    replot = load_script("replot.py")
+    listed = set()
+    for _, result, _ in replot.PLOTS:
+        stem = EXPERIMENTS / result
+        listed |= {p.relative_to(EXPERIMENTS) for p in stem.parent.glob(stem.name + "*.png")}
+    tracked = subprocess.run(
+        ["git", "ls-files", "*.png"], cwd=EXPERIMENTS, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert {Path(p) for p in tracked} <= listed
+
+
+def test_timing_plots_with_repeats_have_error_bars(tmp_path, figures):
+    """Where the results file keeps every repeat's time, the plot shows their range."""
+    from matplotlib.container import ErrorbarContainer
+
+    for function, results_file in [
+        ("sparse_transformer", "sparse_transformer/results/cpu.json"),
+        ("reformer_growth", "reformer/results/growth.json"),
+    ]:
+        _draw(function, results_file, tmp_path)
+        ax = figures["p.png"].axes[0]
+        assert any(isinstance(c, ErrorbarContainer) for c in ax.containers), function
+        assert "bars:" in _all_titles(figures["p.png"])
