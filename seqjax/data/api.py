@@ -19,10 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
-from seqjax.data import listops, pipeline, seq2seq, store, subword
+from seqjax.data import listops, pipeline, retrieval, seq2seq, store, subword
 from seqjax.data.config import (
     CLASSIFICATION_DATASETS,
     DATASETS,
+    PAIR_DATASETS,
     SEQ2SEQ_DATASETS,
     TRANSLATION_DATASETS,
     VOCABS,
@@ -33,6 +34,7 @@ from seqjax.data.vocab import Vocab
 SPLITS = ("train", "validation", "test")
 # Input length of the classification sets when config.data.max_len is None (LRA's lengths).
 DEFAULT_MAX_LEN = {"imdb_bytes": 4096, "listops": 2048}
+DEFAULT_MAX_LEN.update(aan=4000, l10n_pairs=128)  # bytes per document (LRA Retrieval: 4K)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +134,10 @@ def config_problems(cfg) -> list[tuple[str, object, str]]:
             bad("heldout_fraction", h, "a number 0 < heldout_fraction < 0.5")
         if not isinstance(cfg.get("source_lang"), str) or not cfg.source_lang:
             bad("source_lang", cfg.get("source_lang"), "a language field of the file, e.g. 'en'")
+    if name == "l10n_pairs":
+        h = cfg.get("heldout_fraction")
+        if not isinstance(h, numbers.Real) or isinstance(h, bool) or not 0 < h < 0.5:
+            bad("heldout_fraction", h, "a number 0 < heldout_fraction < 0.5")
     if name == "wmt14_ende":
         pair = (cfg.get("source_lang"), cfg.get("target_lang") or None)
         if pair not in (("en", "de"), ("en", None), ("de", "en"), ("de", None)):
@@ -210,6 +216,8 @@ def info(cfg) -> DataInfo:
             encode=lambda s: np.array(s.split(), dtype=np.int32),
             decode=lambda ids: " ".join(str(int(i)) for i in np.asarray(ids).reshape(-1)),
         )
+    if name in PAIR_DATASETS:
+        return DataInfo(**retrieval.info_fields(cfg, max_len(cfg)))
     key = store.dataset_key(cfg)
     meta = store.metadata(key)
     common = dict(name=name, fingerprint=meta["fingerprint"])
@@ -387,6 +395,9 @@ def make(cfg, *, split: str, process_index: int = 0, process_count: int = 1, tra
         )
         num_steps = None if train else math.ceil(size / B)
         spec.update(seq_len=T, dup_vocab_size=int(cfg.dup_vocab_size))
+    elif name in PAIR_DATASETS:
+        maker, num_steps, extra = retrieval.maker(cfg, split, train, layout, max_len(cfg))
+        spec.update(extra)
     elif name in CLASSIFICATION_DATASETS:
         key = store.dataset_key(cfg)
         tfds_split = _tfds_split(cfg, split)

@@ -26,12 +26,16 @@ DATASETS = (
     "wmt14_ende",
     "copy",
     "reverse",
+    "aan",
+    "l10n_pairs",
 )
 LM_DATASETS = ("pystdlib", "text_file", "enwik8", "text8", "duplication")
 CLASSIFICATION_DATASETS = ("listops", "imdb_bytes")
 TRANSLATION_DATASETS = ("translation_jsonl", "wmt14_ende")
 SEQ2SEQ_DATASETS = (*TRANSLATION_DATASETS, "copy", "reverse")
 VOCABS = ("bytes", "chars", "sentencepiece")
+# Two documents a row (seqjax.data.retrieval): LRA Retrieval (AAN) and its offline stand-in.
+PAIR_DATASETS = ("aan", "l10n_pairs")
 
 
 def _env(name: str):
@@ -87,6 +91,9 @@ def default_config() -> ml_collections.ConfigDict:
     c.lm_batching = "random"
     # Seed of window offsets, example order, duplication symbols and the ListOps generator.
     c.seed = 0
+    # Pair data sets (aan: LRA Retrieval, the release's new_aan_pairs.*.tsv in manual_dir;
+    # l10n_pairs: a stand-in, English/German message pairs from the JSONL file `path`, true or
+    # mismatched): each document is padded/cut to max_len bytes (None: aan 4000, l10n_pairs 128).
     # Classification: pad/truncate inputs to this length. None: 4096 for imdb_bytes (LRA Text
     # 4K; use 1024 for the 1K config), 2048 for listops (LRA lengths are < 2000).
     c.max_len = config_dict.placeholder(int)

@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from seqjax.data import classification, corpora, listops, sources, subword, translation, wmt14
+from seqjax.data import retrieval
 from seqjax.data import vocab as vocab_lib
 
 # config.data.name -> TFDS builder name (classes in corpora.py and classification.py).
@@ -30,6 +31,8 @@ TFDS_NAMES = {
     "imdb_bytes": "seqjax_imdb_bytes",
     "translation_jsonl": "seqjax_translation_jsonl",
     "wmt14_ende": "seqjax_wmt14_ende",
+    "aan": "seqjax_aan",
+    "l10n_pairs": "seqjax_l10n_pairs",
 }
 _BUILDERS = {
     "seqjax_pystdlib": corpora.SeqjaxPystdlib,
@@ -40,6 +43,8 @@ _BUILDERS = {
     "seqjax_imdb_bytes": classification.SeqjaxImdbBytes,
     "seqjax_translation_jsonl": translation.SeqjaxTranslationJsonl,
     "seqjax_wmt14_ende": wmt14.SeqjaxWmt14Ende,
+    "seqjax_aan": retrieval.SeqjaxAan,
+    "seqjax_l10n_pairs": retrieval.SeqjaxL10nPairs,
 }
 
 
@@ -95,6 +100,8 @@ def dataset_key(cfg) -> DatasetKey:
         config = translation.translation_jsonl_config(cfg)
     elif name == "wmt14_ende":
         config = wmt14.wmt14_config(cfg)
+    elif name == "l10n_pairs":
+        config = retrieval.l10n_pairs_config(cfg)
     else:
         config = None
     return DatasetKey(

@@ -17,6 +17,7 @@ from seqjax.tasks.base import Task
 _REGISTRY: dict[str, Task] = {}
 # The tasks that ship with seqjax, imported on first use (each module registers itself).
 BUILTIN = ("seqjax.tasks.lm", "seqjax.tasks.classification", "seqjax.tasks.seq2seq")
+BUILTIN += ("seqjax.tasks.pair_classification",)
 
 
 def _load_builtin() -> None:
