@@ -37,7 +37,7 @@ def combine(u_BE, v_BE, interaction: str):
     )
 
 
-def _dense(features: int, axes: tuple[str, str], name: str) -> nn.Dense:
+def _dense(features: int, axes: tuple, name: str) -> nn.Dense:
     return nn.Dense(
         features,
         kernel_init=nn.with_logical_partitioning(dense_init(), axes),
@@ -74,7 +74,7 @@ class TwoTowerClassifier(nn.Module):
         m = self.mlp_dim or 4 * cfg.d_model
         self.mlp = _dense(m, ("embed", "mlp"), "mlp")
         self.mlp2 = _dense(m // 2, ("mlp", "kv"), "mlp2")  # "kv": not sharded (small)
-        self.logits = _dense(cfg.num_classes, ("kv", "kv"), "logits")
+        self.logits = _dense(cfg.num_classes, ("kv", None), "logits")
 
     def encode(self, tokens_BT, *, deterministic=True):
         """One document's pooled vector ``[B, E]`` (float32) from the shared encoder."""
