@@ -139,11 +139,14 @@ class _PairBuilder(_CorpusBuilder, skip_registration=True):
 
     def _generate_examples(self, rows):
         for key, (a, b, label) in enumerate(rows):
-            yield key, {
-                "tokens1": np.frombuffer(a, np.uint8),
-                "tokens2": np.frombuffer(b, np.uint8),
-                "label": label,
-            }
+            yield (
+                key,
+                {
+                    "tokens1": np.frombuffer(a, np.uint8),
+                    "tokens2": np.frombuffer(b, np.uint8),
+                    "label": label,
+                },
+            )
 
 
 def find_aan_files(manual_dir, dl_manager=None, download: bool = True) -> dict[str, Path]:
