@@ -14,7 +14,8 @@ per document (ours 4,095 + CLS = 4,096, a length every mechanism accepts; the re
 interaction ``[u, v, u*v, u-v]``, batch 32, 5k steps; Adam (b1 0.9, b2 0.98, eps 1e-9),
 weight decay 0.1 on every parameter, ``constant * linear_warmup * rsqrt_decay`` with
 constant 0.05 and warm-up 8,000 (as the reference: longer than the 5k steps, so the rate
-rises for the whole run; written as the identical curve with warm-up 5,000, constant 0.0247). Expected: Table 1 reports 57.46 % for the Transformer (chance 50 %).
+rises for the whole run; written as the identical curve with warm-up 5,000, constant
+0.0247). Expected: Table 1 reports 57.46 % for the Transformer (chance 50 %).
 
 ``standin`` is **not AAN**: the offline pair task ``l10n_pairs`` (is the German message of
 ``../shared/data/software_l10n/en-de.jsonl.gz`` the translation of the English one; half the

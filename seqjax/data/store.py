@@ -17,8 +17,16 @@ import os
 import numpy as np
 import tensorflow_datasets as tfds
 
-from seqjax.data import classification, corpora, listops, sources, subword, translation, wmt14
-from seqjax.data import retrieval
+from seqjax.data import (
+    classification,
+    corpora,
+    listops,
+    retrieval,
+    sources,
+    subword,
+    translation,
+    wmt14,
+)
 from seqjax.data import vocab as vocab_lib
 
 # config.data.name -> TFDS builder name (classes in corpora.py and classification.py).

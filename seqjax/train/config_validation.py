@@ -18,7 +18,6 @@ from seqjax import attention as attention_lib
 from seqjax import tasks
 from seqjax.data import api as data_api
 from seqjax.data.config import DATASETS
-from seqjax.data.config import PAIR_DATASETS
 from seqjax.models import memory
 from seqjax.models.transformer import DTYPES, POOLINGS, POSITIONALS
 from seqjax.train import flops, optim, sharding
@@ -182,6 +181,8 @@ def validate(config, *, num_devices: int | None = None, process_count: int | Non
         errors.append(str(e))
     if task is not None:
         task.validate(config, bad)  # what the data's task needs (LM: the sample length)
+    from seqjax.data.config import PAIR_DATASETS
+
     if m.get("towers", 1) != 1 and d.name in DATASETS and d.name not in PAIR_DATASETS:
         bad("model.towers", m.towers, f"1 for {d.name!r}, one input a row (2: a pair data set, "
             f"{', '.join(PAIR_DATASETS)})")  # fmt: skip
