@@ -123,6 +123,18 @@ def options(mechanism: str, t: int, scale: str) -> dict:
     return {}  # sparse_fixed: stride = power of two nearest sqrt(T), c = stride / 4
 
 
+def task_variant(task: str, scale: str) -> str | None:
+    """The config variant of a task beyond ListOps/Text at ``scale``: ``full`` -> the
+    default; ``cpu`` -> ``standin`` (Retrieval), else the config's ``cpu`` variant if it has
+    one, else ``smoke``; ``smoke`` -> ``smoke``."""
+    if scale == "full":
+        return None
+    if scale == "smoke":
+        return "smoke"
+    variants = getattr(config_files.load(REPO / "configs" / TASKS[task]), "VARIANTS", ())
+    return next((v for v in ("standin", "cpu") if v in variants), "smoke")
+
+
 def load_base(task: str, smoke: bool, variant: str | None = None) -> ml_collections.ConfigDict:
     variant = variant or ("smoke" if smoke else None)
     return config_files.load(REPO / "configs" / TASKS[task]).get_config(variant)
@@ -160,8 +172,7 @@ def set_length(c: ml_collections.ConfigDict, t: int) -> None:
 
 def job_config(task: str, mechanism: str, scale: str, tfds_dir: str | None, recipe: str = "lra"):
     if task not in ("listops", "text"):  # the config's own variants carry the CPU sizes
-        variant = {"full": None, "cpu": "standin", "smoke": "smoke"}[scale]
-        c = load_base(task, smoke=scale != "full", variant=variant if task == "retrieval" else None)
+        c = load_base(task, smoke=scale != "full", variant=task_variant(task, scale))
         if scale == "smoke":
             c.train.num_steps = 10
         return _finish(c, mechanism, scale, tfds_dir)
