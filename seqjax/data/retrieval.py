@@ -165,7 +165,10 @@ def find_aan_files(manual_dir, dl_manager=None, download: bool = True) -> dict[s
     if len(found) == len(AAN_FILES):
         return found
     if download and dl_manager is not None:
-        root = Path(dl_manager.download_and_extract(LRA_RELEASE_URL))
+        release = tfds.download.Resource(  # a tar.gz despite its name
+            url=LRA_RELEASE_URL, extract_method=tfds.download.ExtractMethod.TAR_GZ
+        )
+        root = Path(dl_manager.download_and_extract(release))
         for split, name in AAN_FILES.items():
             hits = sorted(root.rglob(name))
             if hits:

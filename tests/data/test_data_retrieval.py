@@ -127,3 +127,21 @@ def test_l10n_pairs_end_to_end(make_cfg, shared_data, tmp_path):
     bad = make_cfg(name="l10n_pairs", path=str(path), heldout_fraction=0.7)
     with pytest.raises(DataError, match=r"config.data.heldout_fraction=0.7"):
         sd.info(bad)
+
+
+def test_aan_files_from_the_download_manager(aan_dir, tmp_path):
+    """Without a manual dir the release is fetched (TFDS download manager) and searched."""
+    manual, _ = aan_dir
+    asked = []
+
+    class FakeDownloads:
+        def download_and_extract(self, resource):
+            asked.append(resource)
+            return str(manual)  # the extracted release: lra_release/tsv_data/...
+
+    found = retrieval.find_aan_files(None, FakeDownloads(), download=True)
+    assert sorted(found) == ["test", "train", "validation"]
+    assert found["validation"].name == "new_aan_pairs.eval.tsv"
+    assert asked[0].url == retrieval.LRA_RELEASE_URL
+    with pytest.raises(SourceMissingError, match="Downloads are off"):
+        retrieval.find_aan_files(str(tmp_path), FakeDownloads(), download=False)
