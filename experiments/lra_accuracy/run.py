@@ -311,7 +311,17 @@ def result_name(scale: str, recipe: str, tasks=None) -> str:
 
 def write(args, rows, skipped=()) -> dict:
     """Writes JSON (with the summary rows), markdown and PNG of ``rows`` (after every run,
-    so a run stopped part-way keeps the rows it finished)."""
+    so a run stopped part-way keeps the rows it finished). Outside ``smoke`` scale the
+    rows of other (task, mechanism) pairs already in the file are kept, so runs of a few
+    mechanisms each add up to one file."""
+    tasks = None if getattr(args, "default_tasks", True) else args.task_list
+    name = result_name(args.scale, args.recipe, tasks)
+    old_file = Path(args.out) / f"{name}.json"
+    if args.scale != "smoke" and old_file.is_file():
+        mine = {(r["task"], r["mechanism"]) for r in rows}
+        kept = [r for r in json.loads(old_file.read_text()).get("rows", [])
+                if (r["task"], r["mechanism"]) not in mine]  # fmt: skip
+        rows = kept + list(rows)
     summary = [
         {
             "study": "lra_accuracy",
@@ -372,8 +382,6 @@ def write(args, rows, skipped=()) -> dict:
         + "\n\nPaper numbers: full-size models trained to convergence on TPUs; ours at the "
         "stated scale (see README for the deviations)."
     )
-    tasks = None if getattr(args, "default_tasks", True) else args.task_list
-    name = result_name(args.scale, args.recipe, tasks)
     bench.write_results(args.out, name, payload, md)
     if rows:
         plot(rows, Path(args.out) / f"{name}.png")
