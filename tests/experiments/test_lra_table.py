@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 
 from seqjax.configs import lra
@@ -23,8 +24,10 @@ def _row(task, mech, acc, n):
 
 def test_table_from_results_files(tmp_path):
     run = load_script("lra_accuracy/run.py")
-    _result(tmp_path / "lra_accuracy_cpu.json",
-            [_row("listops", "dense", 30.0, 500), _row("retrieval", "dense", 52.0, 400)])
+    _result(
+        tmp_path / "lra_accuracy_cpu.json",
+        [_row("listops", "dense", 30.0, 500), _row("retrieval", "dense", 52.0, 400)],
+    )
     _result(tmp_path / "lra_accuracy_cpu_adamw.json",
             [_row("listops", "dense", 99.0, 500), _row("text", "dense", 60.0, 25_000)],
             recipe="adamw")  # fmt: skip
@@ -77,3 +80,21 @@ def test_retrieval_standin_smoke(tmp_path, shared_data):
         100 * math.sqrt(row["test_accuracy"] / 100 * (1 - row["test_accuracy"] / 100) / n)
     )
     assert (tmp_path / "lra_accuracy_smoke_retrieval.json").exists()
+
+
+def test_standin_length_baseline(tmp_path):
+    """The length-only floor of the stand-in, on a small JSONL file of software_l10n's form."""
+    rng = np.random.default_rng(0)
+    lines = []
+    for i in range(400):
+        en = "".join(chr(c) for c in rng.integers(97, 123, size=int(rng.integers(3, 60))))
+        lines.append(json.dumps({"domain": "d", "en": f"{en} {i}", "de": f"{en.upper()} {i}"}))
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    payload = load_script("lra_accuracy/standin_baseline.py").main(
+        ["--path", str(path), "--heldout-fraction", "0.2", "--out", str(tmp_path)]
+    )
+    (row,) = payload["rows"]
+    # equal lengths for true pairs: the length rule is far above chance but not perfect
+    assert 60 < row["test_accuracy"] <= 100 and row["test_examples"] > 40
+    assert (tmp_path / "standin_baseline.md").exists()
