@@ -23,14 +23,15 @@ pairs mismatched, by hash), 128 bytes a message, a CPU-sized model (2 layers, wi
 600 steps, with LRA's optimizer reaching the same peak rate after 30 warm-up steps. ``smoke``
 is the stand-in at 20 steps (the pipeline, not the accuracy).
 
-``sweep()``: one job per registered Table 1 mechanism (``seqjax/configs/lra.py``). Fields not
+``sweep()``: one job per registered Table 1 mechanism (``configs/_lra.py``). Fields not
 set here are documented in ``seqjax/train/defaults.py`` and ``seqjax/data/config.py``.
 """
 
 import ml_collections
 
 from seqjax import data
-from seqjax.configs import common, lra
+from seqjax.configs import _lra as lra
+from seqjax.configs import common
 from seqjax.train import defaults, optim
 
 VARIANTS = ("default", "full", "standin", "smoke")

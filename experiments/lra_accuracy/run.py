@@ -3,7 +3,7 @@
 With no arguments, builds the six-task table (ours vs the paper, one standard error, chance
 marked, an Avg column) from the committed results files (``table``; no training). With
 ``--scale``, trains the LRA classifiers with dense, sparse (fixed), Linformer and LSH attention
-(and every other registered Table 1 row named in ``--mechanisms``: ``seqjax/configs/lra.py``)
+(and every other registered Table 1 row named in ``--mechanisms``: ``configs/_lra.py``)
 through
 ``seqjax.train.loop.train_and_evaluate`` (in this process) and writes their test accuracy
 next to the paper's Table 1. The base configs are ``configs/lra_listops.py`` and
@@ -63,8 +63,8 @@ import ml_collections
 
 from seqjax import attention as attention_lib
 from seqjax import bench
+from seqjax.configs import _lra as lra
 from seqjax.configs import common as config_files
-from seqjax.configs import lra
 from seqjax.train import defaults, loop, optim
 
 HERE = Path(__file__).resolve().parent
@@ -90,7 +90,7 @@ PAPER = {
     "linformer": {"listops": 35.70, "text": 53.94, "paper_name": "Linformer"},
     "lsh": {"listops": 37.27, "text": 56.10, "paper_name": "Reformer"},
 }
-# Every other Table 1 row seqjax can run (seqjax/configs/lra.py), all six tasks.
+# Every other Table 1 row seqjax can run (configs/_lra.py), all six tasks.
 for _row in lra.ROWS:
     PAPER.setdefault(_row.name, {"paper_name": _row.paper_name})
     for _task in TASKS:

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from seqjax.configs import lra
+from seqjax.configs import _lra as lra
 from tests.experiments.test_studies_smoke import load_script
 
 
