@@ -392,9 +392,8 @@ def write(args, rows, skipped=()) -> dict:
 
 
 def _file_recipe(path: Path, payload: dict) -> str:
-    if payload.get("recipe"):
-        return payload["recipe"]
-    return next((r for r in RECIPES if f"_{r}" in path.stem), "lra")
+    said = str(payload.get("recipe") or "")
+    return next((r for r in RECIPES if said.startswith(r) or f"_{r}" in path.stem), "lra")
 
 
 def collect(results: Path, scale: str = "cpu") -> dict:
@@ -419,7 +418,8 @@ def _cell(r: dict | None, task: str) -> str:
         return "not run"
     acc, se = r["test_accuracy"], r["test_se"]
     mark = "" if acc - 2 * se > lra.CHANCE[task] else " (chance)"
-    return f"{acc:.1f} ± {se:.1f}{mark}"
+    recipe = "" if r.get("recipe", "lra") == "lra" else f" [{r['recipe']}]"
+    return f"{acc:.1f} ± {se:.1f}{mark}{recipe}"
 
 
 def table(results: Path, scale: str = "cpu") -> dict:
@@ -474,7 +474,8 @@ def table(results: Path, scale: str = "cpu") -> dict:
         "'(chance)' when ours is not 2 SE above chance, then the paper's number (FAIL: no "
         "model above chance, Path-X). Avg: the mean over the tasks this row ran (count in "
         "brackets); compare it with the paper's mean over the same tasks, not with the paper's "
-        "five-task Avg.\n\n"
+        "five-task Avg. '[adamw]': a cell from the first CPU recipe (no LRA-recipe result "
+        "for it).\n\n"
         + "\n".join(lines)
         + "\n\nFrom: "
         + "; ".join(f"{t} {d} ({f})" for t, d, f in used)
