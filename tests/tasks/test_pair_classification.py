@@ -79,7 +79,7 @@ def test_values_and_gradients_equal_the_written_out_head(pooling, interaction):
     )
 
 
-def test_documents_do_not_interact_and_padding_is_ignored():
+def test_padding_is_ignored_and_rows_are_independent():
     model = TwoTowerClassifier(_cfg("mean"))
     a, b = _docs()
     variables = model.init(jax.random.key(1), a, b)
@@ -92,7 +92,7 @@ def test_documents_do_not_interact_and_padding_is_ignored():
         longer.apply(variables, jnp.concatenate([a, pad], 1), jnp.concatenate([b, pad], 1)),
         logits, rtol=1e-5, atol=1e-5,
     )  # fmt: skip
-    # swapping the documents swaps u and v: "concat" logits change, the pooled vectors don't
+    # a document's vector depends on its own row only; swapping the documents swaps u and v
     np.testing.assert_allclose(enc(a), enc(a[::-1])[::-1], rtol=1e-5, atol=1e-6)
     assert not np.allclose(model.apply(variables, b, a), logits)
 
