@@ -426,7 +426,8 @@ def _cell(r: dict | None, task: str) -> str:
     acc, se = r["test_accuracy"], r["test_se"]
     mark = "" if acc - 2 * se > lra.CHANCE[task] else " (chance)"
     recipe = "" if r.get("recipe", "lra") == "lra" else f" [{r['recipe']}]"
-    return f"{acc:.1f} ± {se:.1f}{mark}{recipe}"
+    stand_in = " (stand-in)" if "not AAN" in r.get("data", "") else ""
+    return f"{acc:.1f} ± {se:.1f}{mark}{recipe}{stand_in}"
 
 
 def table(results: Path, scale: str = "cpu") -> dict:
@@ -482,7 +483,8 @@ def table(results: Path, scale: str = "cpu") -> dict:
         "model above chance, Path-X). Avg: the mean over the tasks this row ran (count in "
         "brackets); compare it with the paper's mean over the same tasks, not with the paper's "
         "five-task Avg. '[adamw]': a cell from the first CPU recipe (no LRA-recipe result "
-        "for it).\n\n"
+        "for it). '(stand-in)': Retrieval on the offline l10n_pairs task (en/de message "
+        "pairs), not AAN: an easier task, not comparable to the paper's column or Avg.\n\n"
         + "\n".join(lines)
         + "\n\nFrom: "
         + "; ".join(f"{t} {d} ({f})" for t, d, f in used)
