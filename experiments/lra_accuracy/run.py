@@ -1,6 +1,10 @@
-"""LRA accuracy: Tay et al. (2020) Table 1, ListOps and byte-level Text (IMDB).
+"""LRA accuracy: Tay et al. (2020) Table 1, the six tasks and the Avg column.
 
-Trains the LRA classifiers with dense, sparse (fixed), Linformer and LSH attention through
+With no arguments, builds the six-task table (ours vs the paper, one standard error, chance
+marked, an Avg column) from the committed results files (``table``; no training). With
+``--scale``, trains the LRA classifiers with dense, sparse (fixed), Linformer and LSH attention
+(and every other registered Table 1 row named in ``--mechanisms``: ``configs/_lra.py``)
+through
 ``seqjax.train.loop.train_and_evaluate`` (in this process) and writes their test accuracy
 next to the paper's Table 1. The base configs are ``configs/lra_listops.py`` and
 ``configs/lra_text.py`` (the LRA hyper-parameters); each variant only replaces
@@ -18,13 +22,25 @@ Scales:
   * ``smoke``: ListOps, 128/32/32 short trees (T = 256), dense only, 10 steps (seconds;
     tests run this).
 
+Retrieval (``--tasks retrieval``, ``configs/lra_retrieval.py``): the two-tower model on LRA's
+AAN pairs at ``full`` scale; at ``cpu``/``smoke`` scale on the offline **stand-in**
+``l10n_pairs`` (English/German message pairs, true or mismatched: not AAN), 128 bytes a
+document, 600 (cpu) / 10 (smoke) steps. Image, Pathfinder and Path-X run where this checkout
+has their configs (``configs/lra_image.py``, ``lra_pathfinder.py``, ``lra_pathx.py``) and data
+sets; otherwise the table shows them as not run, with the reason.
+
 Usage:
+    python experiments/lra_accuracy/run.py                              # the table only
     python experiments/lra_accuracy/run.py --scale smoke
-    python experiments/lra_accuracy/run.py                              # cpu, ListOps
+    python experiments/lra_accuracy/run.py --scale cpu                  # cpu, ListOps
+    python experiments/lra_accuracy/run.py --scale cpu --tasks retrieval \
+        --mechanisms dense,linformer                                    # the stand-in
     python experiments/lra_accuracy/run.py --tasks listops,text         # cpu, both
     python experiments/lra_accuracy/run.py --scale full --tasks listops,text
 
-Writes ``results/lra_accuracy_<scale>.{json,md,png}`` beside this file.
+Writes ``results/lra_accuracy_<scale>[_<recipe>][_<tasks>].{json,md,png}`` beside this file
+(``_<tasks>`` when they are not the scale's default), and the table ``results/lra_table.
+{json,md}``.
 
 Legend: T sequence length (tokens / bytes per example), B batch.
 """
@@ -34,7 +50,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
 import logging
+import math
 import os
 import sys
 import tempfile
@@ -45,6 +63,7 @@ import ml_collections
 
 from seqjax import attention as attention_lib
 from seqjax import bench
+from seqjax.configs import _lra as lra
 from seqjax.configs import common as config_files
 from seqjax.train import defaults, loop, optim
 
@@ -55,19 +74,49 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 SCALES = ("smoke", "cpu", "full")
 RECIPES = ("lra", "adamw")
-TASKS = {"listops": "lra_listops.py", "text": "lra_text.py"}
+TASKS = {
+    "listops": "lra_listops.py",
+    "text": "lra_text.py",
+    "retrieval": "lra_retrieval.py",
+    "image": "lra_image.py",
+    "pathfinder": "lra_pathfinder.py",
+    "pathx": "lra_pathx.py",
+}
+# What the CPU-scale runs train on where it is not the paper's data.
+STAND_IN = {"retrieval": "stand-in: en/de message pairs, not AAN"}
 
 # Tay et al. 2020 (LRA), Table 1: test accuracy %, ListOps and Text.
+FIRST = ("dense", "sparse_fixed", "linformer", "lsh")  # the default --mechanisms
 PAPER = {
     "dense": {"listops": 36.37, "text": 64.27, "paper_name": "Transformer"},
     "sparse_fixed": {"listops": 17.07, "text": 63.58, "paper_name": "Sparse Trans."},
     "linformer": {"listops": 35.70, "text": 53.94, "paper_name": "Linformer"},
     "lsh": {"listops": 37.27, "text": 56.10, "paper_name": "Reformer"},
 }
+# Every other Table 1 row seqjax can run (configs/_lra.py), all six tasks.
+for _row in lra.ROWS:
+    PAPER.setdefault(_row.name, {"paper_name": _row.paper_name})
+    for _task in TASKS:
+        PAPER[_row.name].setdefault(_task, lra.paper(_row.paper_name, _task))
+
+
+def task_unavailable(task: str) -> str | None:
+    """Why ``task`` cannot run in this checkout (no config file or data set), else None."""
+    from seqjax.data.config import DATASETS
+
+    path = REPO / "configs" / TASKS[task]
+    if not path.is_file():
+        return f"no configs/{TASKS[task]} in this checkout (the task's data set is not here)"
+    name = load_base(task, smoke=True).data.name
+    return None if name in DATASETS else f"data set {name!r} is not in seqjax.data"
 
 
 def options(mechanism: str, t: int, scale: str) -> dict:
-    """Attention options of each variant at input length t."""
+    """Attention options of each variant at input length t (the rows beyond the first four:
+    ``seqjax.configs.lra.ROWS``)."""
+    if mechanism in lra.ROW_BY_NAME and mechanism not in ("dense", "sparse_fixed", "linformer",
+                                                          "lsh"):  # fmt: skip
+        return lra.ROW_BY_NAME[mechanism].options(t)
     if mechanism == "dense":
         return {"implementation": "auto"}
     if mechanism == "linformer":
@@ -77,8 +126,21 @@ def options(mechanism: str, t: int, scale: str) -> dict:
     return {}  # sparse_fixed: stride = power of two nearest sqrt(T), c = stride / 4
 
 
-def load_base(task: str, smoke: bool) -> ml_collections.ConfigDict:
-    return config_files.load(REPO / "configs" / TASKS[task]).get_config("smoke" if smoke else None)
+def task_variant(task: str, scale: str) -> str | None:
+    """The config variant of a task beyond ListOps/Text at ``scale``: ``full`` -> the
+    default; ``cpu`` -> ``standin`` (Retrieval), else the config's ``cpu`` variant if it has
+    one, else ``smoke``; ``smoke`` -> ``smoke``."""
+    if scale == "full":
+        return None
+    if scale == "smoke":
+        return "smoke"
+    variants = getattr(config_files.load(REPO / "configs" / TASKS[task]), "VARIANTS", ())
+    return next((v for v in ("standin", "cpu") if v in variants), "smoke")
+
+
+def load_base(task: str, smoke: bool, variant: str | None = None) -> ml_collections.ConfigDict:
+    variant = variant or ("smoke" if smoke else None)
+    return config_files.load(REPO / "configs" / TASKS[task]).get_config(variant)
 
 
 def set_recipe(c: ml_collections.ConfigDict, task: str, recipe: str, warmup: int) -> None:
@@ -112,6 +174,11 @@ def set_length(c: ml_collections.ConfigDict, t: int) -> None:
 
 
 def job_config(task: str, mechanism: str, scale: str, tfds_dir: str | None, recipe: str = "lra"):
+    if task not in ("listops", "text"):  # the config's own variants carry the CPU sizes
+        c = load_base(task, smoke=scale != "full", variant=task_variant(task, scale))
+        if scale == "smoke":
+            c.train.num_steps = 10
+        return _finish(c, mechanism, scale, tfds_dir)
     c = load_base(task, smoke=scale != "full")
     d, m, t = c.data, c.model, c.train
     if scale == "cpu":
@@ -134,6 +201,13 @@ def job_config(task: str, mechanism: str, scale: str, tfds_dir: str | None, reci
     if scale == "full" and recipe != "lra":
         set_recipe(c, task, recipe, warmup=int(c.optimizer.warmup_steps))
         set_length(c, int(m.max_len))
+    return _finish(c, mechanism, scale, tfds_dir)
+
+
+def _finish(c, mechanism: str, scale: str, tfds_dir: str | None):
+    """The common end of every job: final test evaluation only, one device, the row's
+    attention (a flex row: ``flex`` with its pattern)."""
+    d, m, t = c.data, c.model, c.train
     t.eval_every = 0  # the final test evaluation only
     t.final_eval = True
     t.checkpoint_every = 0
@@ -141,79 +215,116 @@ def job_config(task: str, mechanism: str, scale: str, tfds_dir: str | None, reci
     c.mesh.data = 1
     if tfds_dir:
         d.data_dir = tfds_dir
+    if int(c.optimizer.warmup_steps) > int(t.num_steps):
+        c.optimizer.warmup_steps = int(t.num_steps)
     length = int(m.max_len)  # model inputs (with CLS)
-    m.attention = mechanism
-    m.attention_options[mechanism] = ml_collections.ConfigDict(options(mechanism, length, scale))
+    attention = lra.ROW_BY_NAME[mechanism].mechanism if mechanism in lra.ROW_BY_NAME else mechanism
+    m.attention = attention
+    m.attention_options[attention] = ml_collections.ConfigDict(options(mechanism, length, scale))
     return c
 
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--scale", default="cpu", help=f"one of {SCALES}")
+    p.add_argument("--scale", default=None, help=f"one of {SCALES}; none: only the table")
     p.add_argument("--out", default=str(HERE / "results"), help="results folder")
-    p.add_argument("--tasks", default=None, help="comma-separated of listops,text")
+    p.add_argument("--tasks", default=None, help=f"comma-separated of {list(TASKS)}")
     p.add_argument("--mechanisms", default=None, help=f"comma-separated of {list(PAPER)}")
     p.add_argument("--tfds-dir", default=None, help="TFDS data_dir (default: seqjax's)")
     p.add_argument("--recipe", default="lra", help=f"optimizer and pooling: one of {RECIPES}")
     args = p.parse_args(argv)
+    if args.scale is None:
+        return table(Path(args.out))
     if args.scale not in SCALES:
         raise ValueError(f"--scale={args.scale!r} is not one of {SCALES}")
     if args.recipe not in RECIPES:
         raise ValueError(f"--recipe={args.recipe!r} is not one of {RECIPES}")
     tasks = (args.tasks or ("listops,text" if args.scale == "full" else "listops")).split(",")
-    mechs = (args.mechanisms or ("dense" if args.scale == "smoke" else ",".join(PAPER))).split(",")
+    mechs = (args.mechanisms or ("dense" if args.scale == "smoke" else ",".join(FIRST))).split(",")
     for x, valid, flag in ((tasks, TASKS, "--tasks"), (mechs, PAPER, "--mechanisms")):
         for v in x:
             if v not in valid:
                 raise ValueError(f"{flag} entry {v!r} is not one of {list(valid)}")
+    args.default_tasks = args.tasks is None or tasks == ["listops"]
+    args.task_list = tasks
     logging.getLogger().setLevel(logging.WARNING)
-    rows = []
+    rows, skipped = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for task in tasks:
+            why = task_unavailable(task)
+            if why:
+                print(f"skipping {task}: {why}")
+                skipped.append({"task": task, "mechanism": "*", "why": why})
+                continue
             for mech in mechs:
-                if mech not in attention_lib.names():
-                    print(f"skipping {mech}: not registered")
+                attention = lra.ROW_BY_NAME[mech].mechanism if mech in lra.ROW_BY_NAME else mech
+                if attention not in attention_lib.names():
+                    why = f"mechanism {attention!r} is not registered in this seqjax"
+                    print(f"skipping {mech}: {why}")
+                    skipped.append({"task": task, "mechanism": mech, "why": why})
                     continue
                 cfg = job_config(task, mech, args.scale, args.tfds_dir, args.recipe)
                 load0, t0 = os.getloadavg()[0], time.perf_counter()
                 with contextlib.redirect_stderr(io.StringIO()):
                     res = loop.train_and_evaluate(cfg, str(Path(tmp) / f"{task}_{mech}"))
+                acc, n = float(res["test"]["accuracy"]), int(res["test"]["count"])
                 row = {
                     "task": task,
                     "mechanism": mech,
                     "paper_name": PAPER[mech]["paper_name"],
+                    "data": cfg.data.name + (f" ({STAND_IN[task]})" if task in STAND_IN
+                                             and cfg.data.name == "l10n_pairs" else ""),
                     "T": int(cfg.model.max_len),
                     "recipe": args.recipe,
                     "optimizer": optim.describe(cfg.optimizer, cfg.train.num_steps),
                     "pooling": cfg.model.pooling,
                     "steps": res["step"],
-                    "test_accuracy": 100.0 * float(res["test"]["accuracy"]),
-                    "test_examples": int(res["test"]["count"]),
+                    "test_accuracy": 100.0 * acc,
+                    "test_se": 100.0 * binomial_se(acc, n),
+                    "chance": lra.CHANCE[task],
+                    "test_examples": n,
                     "test_loss": float(res["test"]["loss"]),
                     "paper_accuracy": PAPER[mech][task],
                     "wall_s": time.perf_counter() - t0,
                     "loadavg_before": load0,
-                }
+                }  # fmt: skip
                 rows.append(row)
                 print(
                     f"{task:8s} {mech:14s} acc {row['test_accuracy']:.2f}% "
-                    f"(paper {row['paper_accuracy']}) {row['wall_s']:.0f} s",
+                    f"± {row['test_se']:.2f} (paper {row['paper_accuracy']}) {row['wall_s']:.0f} s",
                     flush=True,
                 )
-                write(args, rows)
-    payload = write(args, rows)
+                write(args, rows, skipped)
+    payload = write(args, rows, skipped)
     print(payload["markdown"])
     return payload
 
 
-def result_name(scale: str, recipe: str) -> str:
-    """``lra_accuracy_<scale>`` (LRA's recipe) or ``lra_accuracy_<scale>_<recipe>``."""
-    return f"lra_accuracy_{scale}" + ("" if recipe == "lra" else f"_{recipe}")
+def binomial_se(p: float, n: int) -> float:
+    """One standard error of an accuracy ``p`` measured on ``n`` test examples: sqrt(p(1-p)/n)."""
+    return math.sqrt(max(p * (1.0 - p), 0.0) / max(n, 1))
 
 
-def write(args, rows) -> dict:
+def result_name(scale: str, recipe: str, tasks=None) -> str:
+    """``lra_accuracy_<scale>`` (LRA's recipe) or ``lra_accuracy_<scale>_<recipe>``, then
+    ``_<task>_<task>`` when ``tasks`` are given (runs of other than the default tasks)."""
+    name = f"lra_accuracy_{scale}" + ("" if recipe == "lra" else f"_{recipe}")
+    return name + ("_" + "_".join(tasks) if tasks else "")
+
+
+def write(args, rows, skipped=()) -> dict:
     """Writes JSON (with the summary rows), markdown and PNG of ``rows`` (after every run,
-    so a run stopped part-way keeps the rows it finished)."""
+    so a run stopped part-way keeps the rows it finished). Outside ``smoke`` scale the
+    rows of other (task, mechanism) pairs already in the file are kept, so runs of a few
+    mechanisms each add up to one file."""
+    tasks = None if getattr(args, "default_tasks", True) else args.task_list
+    name = result_name(args.scale, args.recipe, tasks)
+    old_file = Path(args.out) / f"{name}.json"
+    if args.scale != "smoke" and old_file.is_file():
+        mine = {(r["task"], r["mechanism"]) for r in rows}
+        kept = [r for r in json.loads(old_file.read_text()).get("rows", [])
+                if (r["task"], r["mechanism"]) not in mine]  # fmt: skip
+        rows = kept + list(rows)
     summary = [
         {
             "study": "lra_accuracy",
@@ -221,8 +332,15 @@ def write(args, rows) -> dict:
             f"(ours {args.scale} scale, {args.recipe} recipe)",
             "paper": r["paper_accuracy"],
             "ours": round(r["test_accuracy"], 2),
-            "ratio": round(r["test_accuracy"] / r["paper_accuracy"], 2),
+            "ratio": None
+            if "not AAN" in r.get("data", "")
+            else round(r["test_accuracy"] / r["paper_accuracy"], 2),
             "noisy": None,  # an accuracy: machine load does not change it
+            **(
+                {"note": "stand-in data (l10n_pairs), not AAN: not comparable to the paper"}
+                if "not AAN" in r.get("data", "")
+                else {}
+            ),
         }
         for r in rows
         if args.scale != "smoke"
@@ -230,9 +348,10 @@ def write(args, rows) -> dict:
     payload = {
         "scale": args.scale,
         "paper": PAPER,
-        "rows": rows,
-        "summary": summary,
         "recipe": args.recipe,
+        "rows": rows,
+        "skipped": list(skipped),
+        "summary": summary,
         "loadavg": os.getloadavg(),
     }
     cols = [
@@ -243,7 +362,10 @@ def write(args, rows) -> dict:
         "steps",
         "test_examples",
         "test_accuracy",
+        "test_se",
+        "chance",
         "paper_accuracy",
+        "data",
         "wall_s",
         "loadavg_before",
     ]
@@ -255,7 +377,10 @@ def write(args, rows) -> dict:
         "steps",
         "test examples",
         "ours: test acc %",
+        "± 1 SE",
+        "chance %",
         "paper: test acc %",
+        "data",
         "wall s",
         "load avg",
     ]
@@ -263,10 +388,10 @@ def write(args, rows) -> dict:
         f"# LRA accuracy, Table 1 ({args.scale} scale, {args.recipe} recipe)\n\n"
         + (f"Optimizer: {rows[0]['optimizer']}; pooling {rows[0]['pooling']}.\n\n" if rows else "")
         + bench.markdown_table(rows, cols, head)
+        + "".join(f"\n\nNot run: {k['task']} {k['mechanism']}: {k['why']}." for k in skipped)
         + "\n\nPaper numbers: full-size models trained to convergence on TPUs; ours at the "
         "stated scale (see README for the deviations)."
     )
-    name = result_name(args.scale, args.recipe)
     bench.write_results(args.out, name, payload, md)
     if rows:
         plot(payload, Path(args.out) / f"{name}.png")
@@ -274,6 +399,107 @@ def write(args, rows) -> dict:
 
 
 CLASSES = {"listops": 10, "text": 2}  # chance = 100 / classes
+# ------------------------------------------------------------------------- the six-task table
+
+
+def _file_recipe(path: Path, payload: dict) -> str:
+    said = str(payload.get("recipe") or "")
+    return next((r for r in RECIPES if said.startswith(r) or f"_{r}" in path.stem), "lra")
+
+
+def collect(results: Path, scale: str = "cpu") -> dict:
+    """``{(row, task): result row}`` from every ``lra_accuracy_<scale>*.json`` in ``results``;
+    where several files have a cell, LRA's recipe wins, then the later file."""
+    cells: dict = {}
+    for path in sorted(results.glob(f"lra_accuracy_{scale}*.json")):
+        payload = json.loads(path.read_text())
+        recipe = _file_recipe(path, payload)
+        for r in payload.get("rows", []):
+            key = (r["mechanism"], r["task"])
+            old = cells.get(key)
+            if old is None or old["recipe"] != "lra" or recipe == "lra":
+                n = int(r["test_examples"])
+                se = r.get("test_se", 100 * binomial_se(r["test_accuracy"] / 100, n))
+                cells[key] = {**r, "recipe": recipe, "test_se": se, "file": path.name}
+    return cells
+
+
+def _cell(r: dict | None, task: str) -> str:
+    if r is None:
+        return "not run"
+    acc, se = r["test_accuracy"], r["test_se"]
+    mark = "" if acc - 2 * se > lra.CHANCE[task] else " (chance)"
+    recipe = "" if r.get("recipe", "lra") == "lra" else f" [{r['recipe']}]"
+    stand_in = " (stand-in)" if "not AAN" in r.get("data", "") else ""
+    return f"{acc:.1f} ± {se:.1f}{mark}{recipe}{stand_in}"
+
+
+def table(results: Path, scale: str = "cpu") -> dict:
+    """LRA Table 1 as this checkout has it: ours (± one binomial standard error; "(chance)"
+    when not 2 SE above chance) beside the paper's, per task, and each row's Avg over the
+    tasks it ran (with the paper's Avg over the same tasks, and its own five-task Avg).
+    Writes ``results/lra_table.{json,md}``."""
+    cells = collect(results, scale)
+    task_why = {t: task_unavailable(t) for t in TASKS}
+    ok_rows, missing = lra.available_rows()
+    row_why = {r.name: why for r, why in missing}
+    out_rows, notes = [], []
+    for row in lra.ROWS:
+        line = {"row": row.paper_name, "mechanism": row.name}
+        ours, theirs = [], []
+        for task in TASKS:
+            r = cells.get((row.name, task))
+            line[task] = _cell(r, task)
+            line[f"{task}_paper"] = lra.paper(row.paper_name, task)
+            if r is not None:
+                ours.append(r["test_accuracy"])
+                if lra.paper(row.paper_name, task) is not None:
+                    theirs.append(lra.paper(row.paper_name, task))
+        line["avg"] = f"{sum(ours) / len(ours):.1f} ({len(ours)}/6)" if ours else "not run"
+        line["avg_paper_same_tasks"] = round(sum(theirs) / len(theirs), 2) if theirs else None
+        line["avg_paper"] = lra.paper(row.paper_name, "avg")
+        if row.name in row_why:
+            notes.append(f"{row.paper_name} (`{row.name}`): {row_why[row.name]}.")
+        out_rows.append(line)
+    for task, why in task_why.items():
+        if why:
+            notes.append(f"{lra.TASK_TITLES[task]}: {why}.")
+    used = sorted({(r["task"], r.get("data", ""), r["file"]) for r in cells.values()})
+    head = (
+        ["Table 1 row", "seqjax"]
+        + [f"{lra.TASK_TITLES[t]} (chance {lra.CHANCE[t]:.0f})" for t in TASKS]
+        + ["Avg (ours, tasks run)", "paper Avg, same tasks", "paper Avg"]
+    )
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for line in out_rows:
+        task_cells = []
+        for t in TASKS:
+            paper = line[f"{t}_paper"]
+            task_cells.append(f"{line[t]} / {'FAIL' if paper is None else f'{paper:.2f}'}")
+        lines.append("| " + " | ".join(
+            [line["row"], f"`{line['mechanism']}`", *task_cells, line["avg"],
+             "—" if line["avg_paper_same_tasks"] is None else f"{line['avg_paper_same_tasks']:.2f}",
+             f"{line['avg_paper']:.2f}"]) + " |")  # fmt: skip
+    md = (
+        f"# LRA Table 1, six tasks ({scale} scale): ours / paper (test accuracy %)\n\n"
+        "Each cell: ours ± one binomial standard error (sqrt(p(1-p)/n) on the test set), "
+        "'(chance)' when ours is not 2 SE above chance, then the paper's number (FAIL: no "
+        "model above chance, Path-X). Avg: the mean over the tasks this row ran (count in "
+        "brackets); compare it with the paper's mean over the same tasks, not with the paper's "
+        "five-task Avg. '[adamw]': a cell from the first CPU recipe (no LRA-recipe result "
+        "for it). '(stand-in)': Retrieval on the offline l10n_pairs task (en/de message "
+        "pairs), not AAN: an easier task, not comparable to the paper's column or Avg.\n\n"
+        + "\n".join(lines)
+        + "\n\nFrom: "
+        + "; ".join(f"{t} {d} ({f})" for t, d, f in used)
+        + ".\n\nNot run:\n"
+        + "".join(f"\n* {n}" for n in notes)
+        + "\n* every other empty cell: no committed result at this scale (CPU time).\n"
+    )
+    payload = {"scale": scale, "rows": out_rows, "not_run": notes, "sources": used}
+    bench.write_results(results, "lra_table", payload, md)
+    print(md)
+    return {**payload, "markdown": md}
 
 
 def recipe_of(payload: dict) -> str:
@@ -295,7 +521,7 @@ def plot(payload: dict, path: Path) -> None:
     ax.bar([x + 0.2 for x in xs], [r["paper_accuracy"] for r in rows], 0.4, label="paper")
     for task in dict.fromkeys(r["task"] for r in rows):
         idx = [i for i, r in enumerate(rows) if r["task"] == task]
-        chance = 100.0 / CLASSES[task]
+        chance = lra.CHANCE[task] if task in lra.CHANCE else 100.0 / CLASSES[task]
         ax.hlines(chance, idx[0] - 0.45, idx[-1] + 0.45, colors="gray", linestyles=":")
         box = dict(facecolor="white", edgecolor="none", alpha=0.8, pad=1)
         label = f"{task} chance {chance:g}%"

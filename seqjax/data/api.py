@@ -20,11 +20,22 @@ from pathlib import Path
 import numpy as np
 
 import seqjax.data.images as images
-from seqjax.data import listops, objectives, packing, pipeline, seq2seq, store, subword, words
+from seqjax.data import (
+    listops,
+    objectives,
+    packing,
+    pipeline,
+    retrieval,
+    seq2seq,
+    store,
+    subword,
+    words,
+)
 from seqjax.data.config import (
     CLASSIFICATION_DATASETS,
     DATASETS,
     IMAGE_DATASETS,
+    PAIR_DATASETS,
     SEQ2SEQ_DATASETS,
     TRANSLATION_DATASETS,
     VOCABS,
@@ -37,6 +48,7 @@ SPLITS = ("train", "validation", "test")
 # Input length of the classification sets when config.data.max_len is None (LRA's lengths).
 DEFAULT_MAX_LEN = {"imdb_bytes": 4096, "listops": 2048}
 DEFAULT_MAX_LEN.update({n: s.num_pixels for n, s in images.SPECS.items()})  # images: all pixels
+DEFAULT_MAX_LEN.update(aan=4000, l10n_pairs=128)  # bytes per document (LRA Retrieval: 4K)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,6 +162,10 @@ def config_problems(cfg) -> list[tuple[str, object, str]]:
             bad("heldout_fraction", h, "a number 0 < heldout_fraction < 0.5")
         if not isinstance(cfg.get("source_lang"), str) or not cfg.source_lang:
             bad("source_lang", cfg.get("source_lang"), "a language field of the file, e.g. 'en'")
+    if name == "l10n_pairs":
+        h = cfg.get("heldout_fraction")
+        if not isinstance(h, numbers.Real) or isinstance(h, bool) or not 0 < h < 0.5:
+            bad("heldout_fraction", h, "a number 0 < heldout_fraction < 0.5")
     if name == "wmt14_ende":
         pair = (cfg.get("source_lang"), cfg.get("target_lang") or None)
         if pair not in (("en", "de"), ("en", None), ("de", "en"), ("de", None)):
@@ -241,6 +257,8 @@ def info(cfg) -> DataInfo:
         )
     if name in IMAGE_DATASETS:
         return DataInfo(**images.info_fields(cfg, store.dataset_key(cfg), store))
+    if name in PAIR_DATASETS:
+        return DataInfo(**retrieval.info_fields(cfg, max_len(cfg)))
     key = store.dataset_key(cfg)
     meta = store.metadata(key)
     common = dict(name=name, fingerprint=meta["fingerprint"])
@@ -429,6 +447,8 @@ def make(cfg, *, split: str, process_index: int = 0, process_count: int = 1, tra
         maker, num_steps, extra = images.maker(
             cfg, split, train, layout, key, _Source(key, split), store
         )
+    elif name in PAIR_DATASETS:
+        maker, num_steps, extra = retrieval.maker(cfg, split, train, layout, max_len(cfg))
         spec.update(extra)
     elif name in CLASSIFICATION_DATASETS:
         key = store.dataset_key(cfg)

@@ -28,6 +28,8 @@ DATASETS = (
     "reverse",
     "fashion_mnist",
     "cifar10",
+    "aan",
+    "l10n_pairs",
 )
 LM_DATASETS = ("pystdlib", "text_file", "enwik8", "text8", "duplication")
 WORD_DATASETS = ("wikitext103", "wikitext2")  # word-level LM corpora (seqjax/data/wikitext.py)
@@ -42,6 +44,8 @@ VOCABS = ("bytes", "chars", "sentencepiece")
 VOCABS = VOCABS + ("words",)  # Transformer-XL's word vocabulary (seqjax/data/words.py)
 # Corpora with text to split into words (vocab='words').
 WORD_VOCAB_DATASETS = ("pystdlib", "text_file", "enwik8", "text8", *WORD_DATASETS)
+# Two documents a row (seqjax.data.retrieval): LRA Retrieval (AAN) and its offline stand-in.
+PAIR_DATASETS = ("aan", "l10n_pairs")
 
 
 def _env(name: str):
@@ -101,6 +105,9 @@ def default_config() -> ml_collections.ConfigDict:
     c.lm_batching = "random"
     # Seed of window offsets, example order, duplication symbols and the ListOps generator.
     c.seed = 0
+    # Pair data sets (aan: LRA Retrieval, the release's new_aan_pairs.*.tsv in manual_dir;
+    # l10n_pairs: a stand-in, English/German message pairs from the JSONL file `path`, true or
+    # mismatched): each document is padded/cut to max_len bytes (None: aan 4000, l10n_pairs 128).
     # Classification: pad/truncate inputs to this length. None: 4096 for imdb_bytes (LRA Text
     # 4K; use 1024 for the 1K config), 2048 for listops (LRA lengths are < 2000).
     c.max_len = config_dict.placeholder(int)

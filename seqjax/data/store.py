@@ -18,7 +18,16 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 import seqjax.data.images as images
-from seqjax.data import classification, corpora, listops, sources, subword, translation, wmt14
+from seqjax.data import (
+    classification,
+    corpora,
+    listops,
+    retrieval,
+    sources,
+    subword,
+    translation,
+    wmt14,
+)
 from seqjax.data import vocab as vocab_lib
 from seqjax.data import wikitext as wikitext_lib
 from seqjax.data import words as words_lib
@@ -37,6 +46,8 @@ TFDS_NAMES = {
     "cifar10": "seqjax_cifar10",
     "wikitext103": "seqjax_wikitext103",
     "wikitext2": "seqjax_wikitext2",
+    "aan": "seqjax_aan",
+    "l10n_pairs": "seqjax_l10n_pairs",
 }
 _BUILDERS = {
     "seqjax_pystdlib": corpora.SeqjaxPystdlib,
@@ -51,6 +62,8 @@ _BUILDERS = {
     "seqjax_cifar10": images.SeqjaxCifar10,
     "seqjax_wikitext103": wikitext_lib.SeqjaxWikitext103,
     "seqjax_wikitext2": wikitext_lib.SeqjaxWikitext2,
+    "seqjax_aan": retrieval.SeqjaxAan,
+    "seqjax_l10n_pairs": retrieval.SeqjaxL10nPairs,
 }
 
 
@@ -106,6 +119,8 @@ def dataset_key(cfg) -> DatasetKey:
         config = translation.translation_jsonl_config(cfg)
     elif name == "wmt14_ende":
         config = wmt14.wmt14_config(cfg)
+    elif name == "l10n_pairs":
+        config = retrieval.l10n_pairs_config(cfg)
     else:
         config = None
     return DatasetKey(

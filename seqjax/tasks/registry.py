@@ -19,6 +19,7 @@ _REGISTRY: dict[str, Task] = {}
 BUILTIN = ("seqjax.tasks.lm", "seqjax.tasks.classification", "seqjax.tasks.seq2seq")
 BUILTIN += ("seqjax.tasks.mlm",)
 BUILTIN += ("seqjax.tasks.image_generation",)
+BUILTIN += ("seqjax.tasks.pair_classification",)
 
 
 def _load_builtin() -> None:

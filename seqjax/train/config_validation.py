@@ -205,6 +205,11 @@ def validate(config, *, num_devices: int | None = None, process_count: int | Non
         "decode_metrics", True
     ):  # span-corrupted text has no reference translations to score
         bad("eval.decode_metrics", True, "False with data.objective='span_corruption'")
+    from seqjax.data.config import PAIR_DATASETS
+
+    if m.get("towers", 1) != 1 and d.name in DATASETS and d.name not in PAIR_DATASETS:
+        bad("model.towers", m.towers, f"1 for {d.name!r}, one input a row (2: a pair data set, "
+            f"{', '.join(PAIR_DATASETS)})")  # fmt: skip
 
     # ---- model kind (Transformer-XL)
     _validate_kind(config, bad)

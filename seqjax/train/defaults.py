@@ -56,6 +56,10 @@ def model() -> ml_collections.ConfigDict:
     c.remat = False  # rematerialize each block in the backward pass (less memory)
     c.reversible = False  # reversible residual layers (Reformer)
     c.pooling = "mean"  # classifier pooling: "mean" over non-pad tokens | "cls"
+    # Pair data (aan, l10n_pairs; seqjax.models.two_tower, LRA Retrieval): 2 = one shared
+    # encoder on both documents; single-input data sets need 1.
+    c.towers = 1
+    c.pair_interaction = "nli"  # two-tower head input: "nli" [u, v, u*v, u-v] | "concat" [u, v]
     # Encoder-decoder (seq2seq data; seqjax.models.EncoderDecoder, Vaswani et al. 2017):
     # `attention` and `num_layers` are the encoder's; these are the decoder's and the rest.
     c.decoder_attention = "dense"  # decoder self-attention cycle (causal mechanisms)
