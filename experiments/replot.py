@@ -43,6 +43,12 @@ PLOTS = [
     ("timing_plots.py:train_throughput", "train_throughput/results/cpu", "file"),
     ("timing_plots.py:train_throughput", "train_throughput/results/smoke", "file"),
     ("timing_plots.py:transformer_xl", "transformer_xl/results/eval_speed_cpu", "file"),
+    (
+        "length_extrapolation/run.py",
+        "length_extrapolation/results/length_extrapolation_cpu",
+        "file",
+    ),
+    ("translation/run.py", "translation/results/translation_cpu", "file"),
 ]
 
 
