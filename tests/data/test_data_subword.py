@@ -122,5 +122,5 @@ def test_sentencepiece_config_problems():
     problems = {field: valid for field, _, valid in api.config_problems(cfg)}
     assert problems["spm_model_type"] == "'bpe' or 'unigram'"
     assert "262" in problems["vocab_size"]
-    cfg.vocab = "words"
+    cfg.vocab = "wordpiece"
     assert "'sentencepiece'" in dict((f, v) for f, _, v in api.config_problems(cfg))["vocab"]

@@ -158,7 +158,9 @@ def test_sharded_by_the_rules_equals_unsharded():
     m = adaptive.AdaptiveSoftmax(vocab_size=48, d_model=16, cutoffs=(16, 32), div_val=2)
     h = jax.random.normal(jax.random.PRNGKey(0), (4, 3, 16))
     boxed = m.init(jax.random.PRNGKey(1), h)
-    mesh = jax.make_mesh((2, 2, 2), sharding.MESH_AXES, axis_types=(AxisType.Auto,) * 3)
+    shape = {"data": 2, "fsdp": 2, "tensor": 2}  # every other mesh axis of size 1
+    sizes = tuple(shape.get(a, 1) for a in sharding.MESH_AXES)
+    mesh = jax.make_mesh(sizes, sharding.MESH_AXES, axis_types=(AxisType.Auto,) * len(sizes))
     with nn.logical_axis_rules(sharding.RULES):
         specs = nn.logical_to_mesh(nn.get_partition_spec(boxed))
     plain = nn.meta.unbox(boxed)
