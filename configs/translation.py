@@ -103,18 +103,20 @@ def get_config(arg: str | None = None):
     c.eval.beam_size = 4  # §6.1
     c.eval.length_penalty = 0.6
 
-    if variant == "smoke":  # about a minute on a 2-core CPU
-        d.vocab_size = 1000
-        d.max_source_len = d.max_target_len = m.max_len = 32
+    if variant in ("smoke", "copy"):  # a tiny model: 2 + 2 layers of width 64
         d.batch_size = 32
         m.num_layers = m.decoder_layers = 2
         m.d_model, m.d_ff, m.num_heads = 64, 128, 4
         m.dropout_rate = 0.0
         o.warmup_steps = 50
         o.learning_rate = 3e-3
+        t.eval_max_batches = 2
+
+    if variant == "smoke":  # about a minute on a 2-core CPU
+        d.vocab_size = 1000
+        d.max_source_len = d.max_target_len = m.max_len = 32
         t.num_steps = 100
         t.eval_every = 50
-        t.eval_max_batches = 2
         t.eval_batch_size = 32
         t.checkpoint_every = 50
         c.eval.beam_size = 2
@@ -133,15 +135,8 @@ def get_config(arg: str | None = None):
         d.vocab = "bytes"  # unused: copy has its own symbols
         d.copy_vocab_size = 16
         d.max_source_len = d.max_target_len = m.max_len = 16
-        d.batch_size = 32
-        m.num_layers = m.decoder_layers = 2
-        m.d_model, m.d_ff, m.num_heads = 64, 128, 4
-        m.dropout_rate = 0.0
-        o.warmup_steps = 50
-        o.learning_rate = 3e-3
         t.num_steps = 300
         t.eval_every = 100
-        t.eval_max_batches = 2
         t.sample_prompt = "4 5 6 7"
         t.label_smoothing = 0.0
     elif variant in ("base", "big"):  # Vaswani et al. 2017, Table 3 (base) / Table 3 "big"

@@ -1,6 +1,7 @@
 """Sequence-to-sequence data: translation batches and the copy/reverse smoke tasks.
 
-Batches (`DataInfo.task == 'seq2seq'`), S = `config.data.max_source_len`, T = `max_target_len`:
+Batches of the sequence-to-sequence task (`DataInfo.task` 'seq2seq'), with
+S = `config.data.max_source_len` and T = `max_target_len`:
 
     {'inputs':  int32[b, S]   source ids + EOS, 0-padded,
      'targets': int32[b, T]   target ids + EOS, 0-padded (a decoder reads them shifted right),

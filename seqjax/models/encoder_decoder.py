@@ -149,10 +149,9 @@ class EncoderDecoderConfig:
         for field, (value, valid) in checks.items():
             if value not in valid:
                 raise ValueError(f"model.{field}={value!r} is not one of {valid}")
-        for field in ("vocab_size", "encoder_layers", "decoder_layers", "num_heads", "d_model"):
-            if getattr(self, field) < 1:
-                raise ValueError(f"model.{field}={getattr(self, field)} must be >= 1")
-        for field in ("max_source_len", "max_target_len"):
+        positive = ("vocab_size", "encoder_layers", "decoder_layers", "num_heads", "d_model",
+                    "max_source_len", "max_target_len")  # fmt: skip
+        for field in positive:
             if getattr(self, field) < 1:
                 raise ValueError(f"model.{field}={getattr(self, field)} must be >= 1")
         if self.d_model % self.num_heads and not self.head_dim:
@@ -484,13 +483,10 @@ class EncoderDecoder(nn.Module):
         output to the cross-attention keys/values, later calls read them from the cache.
         """
         model = EncoderDecoder(self.cfg, decode=True)
+        variables = {"params": params, "cache": cache}
+        args = (encoded_BSE, source_BS, tokens_B1)
         logits_B1V, mutated = model.apply(
-            {"params": params, "cache": cache},
-            encoded_BSE,
-            source_BS,
-            tokens_B1,
-            method="decode_logits",
-            mutable=["cache"],
+            variables, *args, method="decode_logits", mutable=["cache"]
         )
         return logits_B1V[:, 0], mutated["cache"]
 
