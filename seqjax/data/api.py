@@ -24,6 +24,7 @@ from seqjax.data import (
     listops,
     objectives,
     packing,
+    pathfinder_data,
     pipeline,
     retrieval,
     seq2seq,
@@ -49,6 +50,7 @@ SPLITS = ("train", "validation", "test")
 DEFAULT_MAX_LEN = {"imdb_bytes": 4096, "listops": 2048}
 DEFAULT_MAX_LEN.update({n: s.num_pixels for n, s in images.SPECS.items()})  # images: all pixels
 DEFAULT_MAX_LEN.update(aan=4000, l10n_pairs=128)  # bytes per document (LRA Retrieval: 4K)
+DEFAULT_MAX_LEN.update(pathfinder32=32 * 32, pathx=128 * 128)  # Pathfinder, Path-X: all pixels
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,6 +174,8 @@ def config_problems(cfg) -> list[tuple[str, object, str]]:
             bad("source_lang", pair[0], "'en' (target_lang 'de' or None) or 'de' (target 'en')")
     if name in IMAGE_DATASETS:
         images.config_problems(cfg, bad)
+    if name in pathfinder_data.DATASETS:
+        pathfinder_data.config_problems(cfg, bad)
     if cfg.get("lm_batching") not in ("random", "stream"):
         bad("lm_batching", cfg.get("lm_batching"), "'random' or 'stream'")
     for field in ("batch_size", "seq_len"):
@@ -257,6 +261,8 @@ def info(cfg) -> DataInfo:
         )
     if name in IMAGE_DATASETS:
         return DataInfo(**images.info_fields(cfg, store.dataset_key(cfg), store))
+    if name in pathfinder_data.DATASETS:
+        return DataInfo(**pathfinder_data.info_fields(cfg))
     if name in PAIR_DATASETS:
         return DataInfo(**retrieval.info_fields(cfg, max_len(cfg)))
     key = store.dataset_key(cfg)
@@ -449,6 +455,9 @@ def make(cfg, *, split: str, process_index: int = 0, process_count: int = 1, tra
         )
     elif name in PAIR_DATASETS:
         maker, num_steps, extra = retrieval.maker(cfg, split, train, layout, max_len(cfg))
+        spec.update(extra)
+    elif name in pathfinder_data.DATASETS:
+        maker, num_steps, extra = pathfinder_data.maker(cfg, split, train, layout, _Source)
         spec.update(extra)
     elif name in CLASSIFICATION_DATASETS:
         key = store.dataset_key(cfg)

@@ -46,6 +46,10 @@ VOCABS = VOCABS + ("words",)  # Transformer-XL's word vocabulary (seqjax/data/wo
 WORD_VOCAB_DATASETS = ("pystdlib", "text_file", "enwik8", "text8", *WORD_DATASETS)
 # Two documents a row (seqjax.data.retrieval): LRA Retrieval (AAN) and its offline stand-in.
 PAIR_DATASETS = ("aan", "l10n_pairs")
+# LRA Pathfinder (32x32) and Path-X (128x128), generated (seqjax.data.pathfinder): classified.
+PATHFINDER_DATASETS = ("pathfinder32", "pathx")
+DATASETS = DATASETS + PATHFINDER_DATASETS
+CLASSIFICATION_DATASETS = CLASSIFICATION_DATASETS + PATHFINDER_DATASETS
 
 
 def _env(name: str):
@@ -143,6 +147,15 @@ def default_config() -> ml_collections.ConfigDict:
     # Images (fashion_mnist, cifar10): 'classification' (one token per 8-bit pixel, LRA Image) or
     # 'generation' (raster-order sub-pixels, loss in bits/dim; the 'image_generation' task).
     c.image_task = "classification"
+    # Pathfinder/Path-X (pathfinder32, pathx; seqjax.data.pathfinder): dashes per target contour
+    # (the difficulty; LRA: 14, the hardest; 9 and 6 are Linsley et al.'s easier sets), the split
+    # sizes (LRA: 160k / 20k / 20k) and the generating processes (0: one per core; the images
+    # do not depend on it).
+    c.pathfinder_contour_length = 14
+    c.pathfinder_train_size = 160_000
+    c.pathfinder_validation_size = 20_000
+    c.pathfinder_test_size = 20_000
+    c.pathfinder_num_procs = 0
     # grain worker processes (0: batches are made in this process); batches do not depend on it.
     c.num_workers = 0
     # Batches prepared ahead of the training loop (grain prefetch buffer).
