@@ -330,7 +330,7 @@ def write(args, rows, skipped=()) -> dict:
             "paper": r["paper_accuracy"],
             "ours": round(r["test_accuracy"], 2),
             "ratio": None
-            if "not AAN" in r.get("data", "")
+            if "not AAN" in r.get("data", "") or r["paper_accuracy"] is None  # Path-X: FAIL
             else round(r["test_accuracy"] / r["paper_accuracy"], 2),
             "noisy": None,  # an accuracy: machine load does not change it
             **(
@@ -425,7 +425,8 @@ def plot(payload: dict, path: Path) -> None:
     ours = [r["test_accuracy"] for r in rows]
     errs = [plotting.binomial_se(r["test_accuracy"], r.get("test_examples") or 0) for r in rows]
     ax.bar([x - 0.2 for x in xs], ours, 0.4, yerr=errs, capsize=3, label="ours (±1 s.e.)")
-    ax.bar([x + 0.2 for x in xs], [r["paper_accuracy"] for r in rows], 0.4, label="paper")
+    paper = [float("nan") if r["paper_accuracy"] is None else r["paper_accuracy"] for r in rows]
+    ax.bar([x + 0.2 for x in xs], paper, 0.4, label="paper")  # Path-X: FAIL, no bar
     for task in dict.fromkeys(r["task"] for r in rows):
         idx = [i for i, r in enumerate(rows) if r["task"] == task]
         chance = lra.CHANCE[task] if task in lra.CHANCE else 100.0 / CLASSES[task]
