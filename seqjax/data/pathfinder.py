@@ -1,4 +1,5 @@
-"""Pathfinder and Path-X: a seeded generator of LRA's contour images, and their TFDS builder.
+"""Pathfinder and Path-X: a seeded generator of LRA's contour images (the TFDS builders that
+store them are in `seqjax.data.pathfinder_data`).
 
 The task (Linsley et al. 2018, "Learning long-range spatial dependencies with horizontal
 gated-recurrent units", §3; as used by LRA, Tay et al. 2020 §2.2.5): an image holds two
@@ -12,7 +13,8 @@ The generator (written for seqjax; Linsley et al.'s `snakes2` script is not used
   pixels from node `P_j` in direction `theta_j`; the next node is `P_{j+1} = P_j +
   (paddle_length + paddle_gap) * (cos theta_j, sin theta_j)`, so consecutive dashes are
   separated by a gap of `paddle_gap` pixels; `theta_{j+1} = theta_j + u_j * max_turn`, `u_j`
-  uniform in [-1, 1] (bounded curvature change, Linsley's "continuity");
+  uniform in [-1, 1] (bounded curvature change, Linsley's "continuity"); a walk about to
+  leave the frame or run into a placed contour turns away instead (`_walks`);
 - every image holds two target contours A and B of `contour_length` dashes (the difficulty:
   LRA's Pathfinder and Path-X both use 14, the "hard" `curv_contour_length_14` set; 9 and 6
   are the intermediate and easy ones), then up to `num_distractors` distractor contours of
@@ -20,11 +22,12 @@ The generator (written for seqjax; Linsley et al.'s `snakes2` script is not used
 - the scene does not depend on the label: positives get markers on both ends of A,
   negatives one on an end of A and one on an end of B. Both classes thus hold the same
   contours and two markers, so pixel counts do not tell them apart (the task's point);
-- placement by rejection: each contour takes the first of `candidates` random walks that
+- placement by rejection: each contour takes the first of its candidate random walks that
   stays inside the frame and keeps a clearance from every contour placed before, such that
-  after dilating the image's non-zero pixels by `ceil(paddle_gap)` pixels each contour is one
-  8-connected component apart from all others (`markers_connected` checks this on the final
-  images: it is what makes the labels right). An image whose A or B cannot be placed is
+  after dilating the image's non-zero pixels by `PathfinderSpec.dilation` (the least that
+  joins the dashes of a contour) each contour is an 8-connected component apart from all
+  others (`markers_connected` checks this on the final images: it is what makes the labels
+  right). An image whose A or B cannot be placed is
   drawn again from the same per-image stream; a distractor that cannot be placed is left out
   (the same for both classes);
 - anti-aliasing: drawn on a grid `supersample` times finer, each pixel the covered share,
@@ -37,10 +40,14 @@ permutation of `n // 2` zeros and `n - n // 2` ones).
 Differences from the LRA release (Linsley's script with LRA's parameters, see the LRA
 repository's `lra_benchmarks/data/pathfinder.py`): our dashes are plain anti-aliased
 rectangles at one contrast (theirs are rendered paddles with a contrast parameter), the
-markers are discs at the contours' ends, and the clearance between contours is exact (their
-contours may pass closer); the geometry parameters (`PRESETS`) follow LRA's (dash 2 px, gap
-1 px, marker radius 1.5 px, 14 dashes, 5 distractors of 4 dashes at 32x32; at 128x128 dashes
-of 5 px with gaps of 2.5 px, marker radius 3, 7 distractors).
+markers are discs at the contours' ends, the clearance between contours is exact (their
+contours may pass closer), and our walks turn back from the frame's edge (theirs are
+rejected); the turn limit is ours (60 degrees per dash at 32x32, 30 at 128x128: LRA's
+"continuity" 1.0 and 1.8 are in the script's own units). The other geometry parameters
+(`PRESETS`) follow LRA's: dash 2 px, gap 1 px, marker radius 1.5 px, 14 dashes, 5
+distractors of 4 dashes at 32x32; at 128x128 gaps of 2.5 px (LRA: 2 or 3), dash width 1.5,
+marker radius 3, 7 distractors (LRA: 35 / (14 / 3)), and dashes of 5 px (not in LRA's list
+of changed parameters; Linsley's default is our guess).
 
 Legend: N images in a chunk, K candidate walks, L dashes of a contour, M centre-line
 samples of a contour, S image side, s = S * supersample.
