@@ -1,7 +1,9 @@
 """Downsampled ImageNet 64x64: the builder on small files of the release's format that the
 tests write (npz batches with `data` uint8 [n, 12288] channel-planar, 1-based `labels`,
 `mean`; extracted or inside the three zips), the raster order of the generation sequence,
-the held-out validation, checksums, and the bad-file errors."""
+the held-out validation, checksums, and the bad-file errors; and the smoke variants of the
+full-scale image configs (``configs/imagenet64.py``, ``configs/sparse_transformer_cifar10.py``)
+training on such files."""
 
 from __future__ import annotations
 
@@ -168,3 +170,42 @@ def test_read_npz_refuses_a_non_npz_and_pickles():
     np.savez(buf, data=np.zeros((1, 12288), np.uint8), labels=np.array([{"a": 1}], object))
     with pytest.raises(sources.DataError, match="cannot be read"):  # no pickle is ever loaded
         imagenet64.read_npz(io.BytesIO(buf.getvalue()), "x.npz")
+
+
+# ----------------------------------------- the full-scale image configs' smoke variants
+
+
+def _smoke(config_file: str, manual_dir, data_dir):
+    from seqjax.configs import common
+    from tests.conftest import REPO
+
+    config = common.load_file(REPO / "configs" / config_file, "smoke_cfg").get_config("smoke")
+    config.data.manual_dir, config.data.data_dir = str(manual_dir), str(data_dir)
+    config.data.accept_checksum_mismatch, config.data.download = True, False
+    config.mesh.data = 1
+    return config
+
+
+@pytest.mark.slow  # 12,288-token sequences: about 30 s on a 2-core CPU
+def test_imagenet64_smoke_config_trains_on_release_format_files(tmp_path, held_out):
+    from seqjax.train import loop
+
+    write_zips(tmp_path / "src", release(seed=3))
+    config = _smoke("imagenet64.py", tmp_path / "src", tmp_path / "tfds")
+    result = loop.train_and_evaluate(config, str(tmp_path / "work"))
+    assert result["step"] == 2
+    metrics = (tmp_path / "work" / "metrics.jsonl").read_text()
+    assert "validation/bits_per_dim" in metrics
+
+
+@pytest.mark.slow  # 5,062 images to prepare and 3,072-token sequences
+def test_cifar10_smoke_config_trains_on_release_format_files(tmp_path):
+    from seqjax.train import loop
+    from tests.data.test_data_images import write_cifar10
+
+    (tmp_path / "src").mkdir()
+    write_cifar10(tmp_path / "src" / "cifar-10-python.tar.gz")
+    config = _smoke("sparse_transformer_cifar10.py", tmp_path / "src", tmp_path / "tfds")
+    result = loop.train_and_evaluate(config, str(tmp_path / "work"))
+    assert result["step"] == 2
+    assert "validation/bits_per_dim" in (tmp_path / "work" / "metrics.jsonl").read_text()
