@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import seqjax.data as sd
-from seqjax.data import imagenet64, sources, store
+from seqjax.data import corpora, imagenet64, sources, store
 
 PER_BATCH, N_TEST, HELD_OUT = 3, 5, 2
 
@@ -123,6 +123,31 @@ def test_zips_are_checksum_checked(tmp_path, make_cfg, held_out):
     store.builder.cache_clear()
     with pytest.raises(sources.ChecksumMismatchError, match="prepared data"):
         sd.info(cfg)
+
+
+def test_download_path_asks_for_the_official_zips(tmp_path):
+    """Without the files in manual_dir, TFDS's download manager is asked for the three
+    release URLs (a stand-in manager serves local copies), each then sha256-checked."""
+    write_zips(tmp_path / "served", release(seed=4))
+    asked = []
+
+    class DownloadManager:
+        def download(self, url):
+            asked.append(url)
+            return tmp_path / "served" / url.rsplit("/", 1)[1]
+
+    options = corpora.SourceOptions(manual_dir=str(tmp_path / "empty"), download=True,
+                                    accept_checksum_mismatch=True)  # fmt: skip
+    openers, fingerprint, known = imagenet64.find_sources(options, DownloadManager())
+    assert asked == [f"http://www.image-net.org/data/downsample/{name}"
+                     for name, _, _ in imagenet64.ZIP_FILES]  # fmt: skip
+    assert sorted(openers) == sorted(imagenet64.NPZ_FILES)
+    assert known == "the published Imagenet64 zips" and len(fingerprint) == 64
+    with openers["val_data.npz"]() as f:
+        assert imagenet64.read_npz(f, "val")[0].shape == (N_TEST, 64, 64, 3)
+    with pytest.raises(sources.ChecksumMismatchError, match="9422dc1dc5d0"):
+        imagenet64.find_sources(corpora.SourceOptions(manual_dir=None, download=True),
+                                DownloadManager())  # fmt: skip
 
 
 def test_missing_files_name_the_zips_and_url(tmp_path, make_cfg):
