@@ -21,6 +21,9 @@ Both papers used van den Oord et al.'s (2016) downsampled ImageNet (box-resized 
 release is Chrabaszcz et al.'s (also box-resized, with their own class order), so the
 numbers are close comparisons, not identical benchmarks.
 
+(The paper's numbers below are quoted from our reading of it; they were not re-checked
+against its text offline. Check them before a long run.)
+
 ``default`` (Sparse Transformer, §7.2): 48 layers, d=512, 16 heads, the strided pattern,
 dropout 0.01, 70 epochs, 152M parameters; recipe of §5-§6 as in
 ``configs/sparse_transformer_cifar10.py`` (pre-LN blocks, GELU, Adam, 5,000 warm-up steps,

@@ -16,6 +16,9 @@ per dimension. The data come from ``cifar-10-python.tar.gz`` (in ``data.manual_d
 downloaded, sha256-checked; ``seqjax.data.images``): train = the first 45,000 training
 images, validation = the last 5,000, test = the 10,000 test images.
 
+(The paper's numbers below are quoted from our reading of it; they were not re-checked
+against its text offline. Check them before a long run.)
+
 From the paper (§7.2): 128 layers, d=256, 2 heads, "half-size" feed-forward (d_ff = 2d
 here), the strided pattern, dropout 0.25, 120 epochs, learning rate 3.5e-4; the recipe of
 §5-§6: pre-activation blocks with GELU, Adam with 5,000 warm-up steps, gradient clip 1.0,
