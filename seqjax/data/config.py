@@ -40,6 +40,8 @@ TRANSLATION_DATASETS = ("translation_jsonl", "wmt14_ende")
 SEQ2SEQ_DATASETS = (*TRANSLATION_DATASETS, "copy", "reverse")
 # Images (seqjax.data.images): pixel-sequence classification or generation (data.image_task).
 IMAGE_DATASETS = ("fashion_mnist", "cifar10")
+IMAGE_DATASETS = IMAGE_DATASETS + ("imagenet64",)  # downsampled ImageNet 64x64 (imagenet64.py)
+DATASETS = DATASETS + ("imagenet64",)
 VOCABS = ("bytes", "chars", "sentencepiece")
 VOCABS = VOCABS + ("words",)  # Transformer-XL's word vocabulary (seqjax/data/words.py)
 # Corpora with text to split into words (vocab='words').

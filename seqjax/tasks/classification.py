@@ -7,6 +7,9 @@ Batches: ``inputs`` int32 ``[B, T]`` (0 = pad), ``targets`` int32 ``[B]`` labels
 ``TransformerClassifier`` (mean or CLS pooling, ``config.model.pooling``); evaluation
 reports accuracy; throughput counts examples.
 
+Pixel classification (``data.image_task='classification'``) draws a picture at every
+evaluation (``eval_pictures``): a few inputs with their predicted and true classes.
+
 Legend: B batch, T = ``data.max_len`` (+1 for the CLS position inside the model).
 """
 
@@ -63,6 +66,44 @@ class Classification(base.Task):
     def tokens_per_step(self, config) -> int:
         """Examples per step (the progress line shows ex/s)."""
         return int(config.data.batch_size)
+
+    def eval_pictures(self, run, params, split: str, *, num: int, seed: int = 0) -> dict:
+        """Pixel classification (``info.image_shape`` set): ``{'predictions': picture}`` of
+        the first ``num`` images of ``split`` as the model sees them, each titled with its
+        predicted and true class (green when right, red when wrong). Text data: none."""
+        import copy
+
+        import jax
+        import numpy as np
+
+        from seqjax import data as data_lib
+        from seqjax.data import store
+        from seqjax.tasks import image_grid
+
+        del seed
+        h, w, _ = run.info.image_shape or (0, 0, 0)
+        if not h:
+            return {}
+        data_cfg = copy.deepcopy(run.config.data)
+        data_cfg.batch_size = int(num) * jax.process_count()  # num rows on every process
+        it = data_lib.make(data_cfg, split=split, process_index=jax.process_index(),
+                           process_count=jax.process_count(), train=False)  # fmt: skip
+        try:
+            batch = next(iter(it))
+        finally:
+            it.close()
+        keep = batch["weights"] > 0  # not the rows padding a split shorter than num
+        x_NT, y_N = batch["inputs"][keep], batch["targets"][keep]
+        model = run.model
+        logits_NK = jax.jit(lambda p, x: model.apply({"params": p}, x, deterministic=True))(
+            params, x_NT
+        )
+        pred_N = np.asarray(jax.device_get(logits_NK)).argmax(-1)
+        names = store.builder(store.dataset_key(data_cfg)).info.features["label"].names
+        titles = [f"pred {names[p]}\ntrue {names[t]}" for p, t in zip(pred_N, y_N)]
+        colors = ["tab:green" if p == t else "tab:red" for p, t in zip(pred_N, y_N)]
+        pixels = x_NT[:, : h * w].reshape(-1, h, w, 1)
+        return {"predictions": image_grid.labelled_grid(pixels, titles, colors)}
 
 
 TASK = registry.register(Classification())

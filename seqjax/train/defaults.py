@@ -150,6 +150,11 @@ def evaluation() -> ml_collections.ConfigDict:
     c.beam_size = 4  # beams (1 = greedy)
     c.length_penalty = 0.6  # GNMT length penalty exponent alpha (0 = none)
     c.decode_metrics = True  # BLEU/chrF of beam search in every evaluation (seq2seq)
+    # Pictures at every evaluation (seqjax.tasks.Task.eval_pictures; image tasks): a grid of
+    # sampled images (generation) or inputs with predicted/true labels (pixel classification),
+    # as <workdir>/<name>/step_XXXXXX.png and TensorBoard images. Other tasks draw none.
+    c.pictures = True
+    c.num_pictures = 8  # images in each picture (1..64)
     return c
 
 
