@@ -462,9 +462,7 @@ def block_sparse_attention(
         if not has_bias:
             return blockwise.call_with_vjp(forward, backward, qp, kp, vp, tuple(args))
         params, off, aux_in = args[0], args[1], tuple(args[2:])
-        return blockwise.call_with_vjp_params(
-            forward, backward, qp, kp, vp, (*aux_in, off), params
-        )
+        return blockwise.call_with_vjp_params(forward, backward, qp, kp, vp, (*aux_in, off), params)
 
     split = splash.mesh_split(b, h, same_heads=False)
     if split and split.batch:  # XLA would run an opaque kernel whole on every device

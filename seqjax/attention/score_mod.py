@@ -35,14 +35,20 @@ Positions are those of the sequence as given (``arange``); packed ``segment_ids`
 restart: all three schemes depend on ``q - k`` only and attention across segments is masked.
 
 Engines that honour a ``ScoreMod`` (``SCORE_MOD_SUPPORT``): ``dense``/``causal`` with
-``implementation`` ``reference`` or ``chunked`` (``auto`` picks one of the two), and the
-Sparse Transformer patterns (``masked`` and the block-sparse engine, whose parts see the
-bias in their own coordinates: ``ScoreMod.remap``; ``pallas`` runs biased parts on the
-plain-JAX engine). Not honoured: cuDNN fused attention and TPU splash (no additive bias
-input), the Pallas block kernels (no bias operand yet), ``flex`` (a mask-only engine),
-LSH (its sorted chunks would need the bias per chunk), Linformer (keys are projected along
-the sequence: no key positions remain) and Transformer-XL's ``relative`` (a positional
-scheme of its own); ``check_supported`` names them before anything compiles.
+``implementation`` ``reference``, ``chunked`` (``auto`` picks one of the two) or ``pallas``;
+``flex`` (and ``local``, a flex pattern) with ``masked``, ``blocksparse``, ``pallas`` or
+``auto``; the Sparse Transformer patterns (``masked`` and the block-sparse engine, whose
+parts see the bias in their own coordinates: ``ScoreMod.remap``; ``pallas`` runs those
+remapped parts on the plain-JAX engine, logged). The Pallas block kernels
+(``pallas_blocks``) compute the bias in-kernel from a ``KernelForm`` (ALiBi: the head's
+slope times the distance; T5: the bucket by integer comparisons and a select over the
+head's column of the table, whose gradient the dK/dV kernel sums per bucket); a bias
+without a kernel form (remapped, custom) is refused there. Not honoured: cuDNN fused
+attention and TPU splash (no additive bias input; flex's ``auto`` on TPU runs
+``blocksparse`` instead), LSH (its sorted chunks would need the bias per chunk), Linformer
+(keys are projected along the sequence: no key positions remain) and Transformer-XL's
+``relative`` (a positional scheme of its own); ``check_supported`` names them before
+anything compiles.
 
 Legend: B batch, T query length, S key length, H heads, D head dim, bq/bk block lengths,
 N buckets.
@@ -63,9 +69,14 @@ import numpy as np
 SCHEMES = ("rope", "alibi", "t5_bias")
 BIAS_SCHEMES = ("alibi", "t5_bias")
 # Mechanism -> implementations that add a ScoreMod bias (None: every implementation).
+_BLOCK_SPARSE = ("auto", "blocksparse", "pallas", "masked")
 SCORE_MOD_SUPPORT = {
-    "dense": ("auto", "reference", "chunked"),
-    "causal": ("auto", "reference", "chunked"),
+    "dense": ("auto", "reference", "chunked", "pallas"),
+    "causal": ("auto", "reference", "chunked", "pallas"),
+    "flex": _BLOCK_SPARSE,
+    "local": _BLOCK_SPARSE,
+    "sparse_strided": _BLOCK_SPARSE,
+    "sparse_fixed": _BLOCK_SPARSE,
 }
 
 
@@ -321,6 +332,6 @@ def check_supported(positional: str, attention: tuple) -> None:
         if impl not in impls:
             raise ValueError(
                 f"model.positional={positional!r} (a score bias) is not honoured by {name!r} "
-                f"implementation={impl!r} (cuDNN, splash and the Pallas kernels take no bias); "
+                f"implementation={impl!r} (cuDNN and splash attention take no bias); "
                 f"use model.attention_options.{name}.implementation in {impls}"
             )
