@@ -40,8 +40,8 @@ from jax.experimental.pallas import triton as plgpu
 from jax.sharding import PartitionSpec as P
 
 from seqjax.attention import blockwise, numerics, splash
-from seqjax.attention import score_mod as score_mod_lib
 from seqjax.attention import masks as masks_lib
+from seqjax.attention import score_mod as score_mod_lib
 
 # ``dot`` moved from ``pallas`` to ``pallas.triton`` (JAX 0.8); take whichever exists.
 _pl_dot = getattr(plgpu, "dot", None) or pl.dot
