@@ -13,7 +13,7 @@ width 32 (qkv 32), MLP 64, dropout 0.3, attention dropout 0.2, CLS pooling, lear
 positions, batch 256, Adam at 5e-4 with one epoch of linear warm-up then cosine decay, no
 weight decay, 200 epochs (LRA Table 1: Transformer 42.44 % on CIFAR-10). ``smoke`` trains
 a tiny model for a few steps in the test suite; ``cpu`` is LRA's model itself (it is small)
-for 1,500 steps of batch 32 (under one epoch; minutes on two CPU cores), the LRA study's
+for 600 steps of batch 32 (a third of an epoch; minutes on two idle CPU cores), the LRA study's
 CPU scale. ``sweep()`` lists every mechanism of the
 LRA study that seqjax has.
 """
@@ -84,8 +84,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         t.final_eval = False
     if variant == "cpu":  # LRA's model, fewer and smaller steps (experiments/lra_accuracy)
         d.batch_size = 32
-        o.warmup_steps = 100
-        t.num_steps, t.eval_every, t.eval_max_batches, t.checkpoint_every = 1500, 500, 20, 500
+        o.warmup_steps = 60
+        t.num_steps, t.eval_every, t.eval_max_batches, t.checkpoint_every = 600, 200, 20, 200
     return c
 
 
