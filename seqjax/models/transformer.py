@@ -87,6 +87,8 @@ class TransformerConfig:
     adaptive_cutoffs: tuple = ()
     adaptive_div_val: float = 1
     adaptive_tie_projs: bool = True
+    # BERT's masked-LM head transform before the output layer (``MLMHead``; mlm task only).
+    mlm_head_transform: bool = False
 
     def __post_init__(self):
         checks = {
@@ -296,6 +298,8 @@ class TransformerLM(nn.Module):
             positions_BT=positions_BT,
             deterministic=deterministic,
         )
+        if cfg.mlm_head_transform:  # BERT's masked-LM head (the mlm task)
+            return MLMHead(cfg, name="mlm_head")(x_BTE, embed)
         if cfg.adaptive:  # exact log-probabilities: a softmax of them is themselves
             logits_BTV = embed.log_probs(x_BTE)
         elif cfg.tie_embeddings:
@@ -308,6 +312,44 @@ class TransformerLM(nn.Module):
                 name="head",
             )(x_BTE.astype(jnp.float32))
         return logits_BTV.astype(jnp.float32)
+
+
+class MLMHead(nn.Module):
+    """BERT's masked-LM output head (Devlin et al. 2019, App. A.1 and the released code's
+    ``cls/predictions``; RoBERTa's ``lm_head``, Liu et al. 2019): dense ``E -> E``, GELU,
+    LayerNorm, then the decoder over the vocabulary (the token table when tied, else its own
+    ``[E, V]`` kernel) plus a bias ``[V]``: ``[B, T, E] -> float32 logits [B, T, V]``.
+
+    Its parameters live outside ``encoder/``, so ``config.init_from`` treats it as a
+    pre-training head (``seqjax.train.init_from``: left unused by a fine-tuned classifier).
+    """
+
+    cfg: TransformerConfig
+
+    @nn.compact
+    def __call__(self, x_BTE, embed):
+        cfg = self.cfg
+        h_BTE = nn.Dense(
+            cfg.d_model,
+            kernel_init=nn.with_logical_partitioning(layers.dense_init(), ("embed", "mlp")),
+            bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("mlp",)),
+            name="transform",
+        )(x_BTE.astype(jnp.float32))
+        h_BTE = layers.norm(name="ln")(nn.gelu(h_BTE, approximate=False))
+        if cfg.tie_embeddings:
+            logits_BTV = embed.attend(h_BTE)
+        else:
+            logits_BTV = nn.Dense(
+                cfg.vocab_size,
+                kernel_init=nn.with_logical_partitioning(layers.dense_init(), ("embed", "vocab")),
+                use_bias=False,
+                name="decoder",
+            )(h_BTE)
+        bias_V = self.param(
+            "bias", nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
+            (cfg.vocab_size,),
+        )  # fmt: skip
+        return (logits_BTV + bias_V[None, None, :]).astype(jnp.float32)
 
 
 class TransformerClassifier(nn.Module):
