@@ -155,6 +155,10 @@ def default_config() -> ml_collections.ConfigDict:
     c.objective = ""
     # objective='mlm': share of the real tokens chosen (80% [MASK] / 10% random / 10% unchanged).
     c.mlm_probability = 0.15
+    # objective='mlm': whole-word masking (BERT's WWM): the choice and the 80/10/10 decision
+    # are made per word (sentencepiece: a '▁' piece and its continuations; bytes/chars: runs
+    # of non-space characters), so every piece of a chosen word is masked together.
+    c.mlm_whole_word = False
     # Pack several examples into each row (`seqjax.data.packing`: segment_ids, positions
     # restarting per example, efficiency logged); objective='mlm' on imdb_bytes/listops.
     c.packing = False
