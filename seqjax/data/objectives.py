@@ -42,8 +42,10 @@ import numpy as np
 from seqjax.data import packing, pipeline, subword
 
 OBJECTIVES = ("", "mlm", "span_corruption")
+OBJECTIVES += ("lm",)  # causal LM over the example texts of imdb_bytes/listops (packing.py)
 # The task (seqjax.tasks) whose batches each objective makes.
-TASK_OF = {"mlm": "mlm", "span_corruption": "seq2seq"}
+TASK_OF = {"mlm": "mlm", "span_corruption": "seq2seq", "lm": "lm"}
+EXAMPLE_TEXTS = ("imdb_bytes", "listops")
 LM_CORPORA = ("pystdlib", "text_file", "enwik8", "text8")
 # Salts that keep the objectives' hash streams apart from the pipelines' own (1, 2, 3).
 _SALT_CHOOSE, _SALT_ACTION, _SALT_RANDOM = 11, 12, 13
@@ -168,8 +170,12 @@ def mlm_problems(cfg) -> list[tuple[str, object, str]]:
     problems = []
     objective = cfg.get("objective") or ""
     if objective not in OBJECTIVES:
-        problems.append(("objective", objective,
-                         "'' (the data set's own task), 'mlm' or 'span_corruption'"))  # fmt: skip
+        problems.append(("objective", objective, "'' (the data set's own task), 'mlm', "
+                         "'span_corruption' or 'lm'"))  # fmt: skip
+    if objective == "lm" and cfg.get("name") not in EXAMPLE_TEXTS:
+        problems.append(("objective", objective, "'' for this data set (an LM corpus is the "
+                         "LM task already); 'lm' reads the example texts of imdb_bytes or "
+                         "listops, one document per example"))  # fmt: skip
     if objective == "mlm":
         p = cfg.get("mlm_probability")
         if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0 < p < 1:
@@ -397,11 +403,13 @@ def make_mlm(cfg, split: str, process_index: int, process_count: int, train: boo
     maker, num_steps = base.maker, base.num_steps
     kind = "classification" if cfg.name in api.CLASSIFICATION_DATASETS else "lm"
     n = len(maker.tokens()) if isinstance(maker, pipeline.LMEvalWindows) else 0
+    eff = None
     if cfg.get("packing"):
         layout = (maker.global_batch, process_index, process_count)
-        maker = packing.PackedExamples(maker.source, maker.size, maker.max_len, maker.offset,
-                                       maker.seed, *layout)  # fmt: skip
-        packing.log_efficiency(maker, split)
+        ex = packing.TextExamples(maker.source, maker.size, maker.max_len, maker.offset)
+        maker = packing.PackedRows(ex, (maker.max_len,), maker.seed, *layout,
+                                   align=int(cfg.get("packing_align", 1)))  # fmt: skip
+        eff = packing.log_efficiency(maker, split)
         num_steps = None if train else math.ceil(maker.num_rows() / maker.global_batch)
         kind = "packed"
     wrapped = wrap_mlm(maker, cfg, api.info(cfg), split=split, train=train, kind=kind,
@@ -410,9 +418,14 @@ def make_mlm(cfg, split: str, process_index: int, process_count: int, train: boo
             "packing": bool(cfg.get("packing"))}  # fmt: skip
     if cfg.get("mlm_whole_word"):
         spec["mlm_whole_word"] = True
-    return pipeline.DataIterator(
+    if cfg.get("packing") and int(cfg.get("packing_align", 1)) != 1:
+        spec["packing_align"] = int(cfg.packing_align)
+    it = pipeline.DataIterator(
         wrapped, num_steps, spec, num_workers=int(cfg.num_workers), prefetch=int(cfg.prefetch)
     )
+    if eff is not None:
+        it.packing_efficiency = eff
+    return it
 
 
 def span_info(cfg):
