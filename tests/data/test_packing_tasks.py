@@ -13,6 +13,7 @@ import pytest
 
 import seqjax.data as sd
 from seqjax import tasks
+from seqjax.data.sources import DataError
 from seqjax.models.transformer import (
     TransformerClassifier,
     TransformerConfig,
@@ -234,3 +235,83 @@ class _S2SCfg:
 
     def get(self, key, default=None):
         return default
+
+
+def test_packed_translation_rows_hold_the_unpacked_pairs(make_cfg, shared_data, tmp_path):
+    import gzip
+
+    path = tmp_path / "en-de-slice.jsonl.gz"
+    with gzip.open(shared_data / "software_l10n" / "en-de.jsonl.gz", "rt", encoding="utf-8") as f:
+        lines = [line for _, line in zip(range(1500), f)]
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.writelines(lines)
+    cfg = make_cfg(name="translation_jsonl", path=str(path), vocab="sentencepiece",
+                   vocab_size=500, heldout_fraction=0.2, max_source_len=48,
+                   max_target_len=56, packing=True)  # fmt: skip
+    plain = cfg.copy_and_resolve_references()
+    plain.packing = False
+    want = []
+    for b in sd.make(plain, split="validation", train=False):
+        for r in range(len(b["inputs"])):
+            if b["weights"][r].any():
+                src, tgt = b["inputs"][r], b["targets"][r]
+                want.append((tuple(src[src > 0]), tuple(tgt[tgt > 0])))
+    it = sd.make(cfg, split="validation", train=False)
+    assert it.packing_efficiency > 0.4
+    got = []
+    for b in it:
+        seg, tseg = b["segment_ids"], b["target_segment_ids"]
+        assert (b["weights"] == (tseg > 0)).all()
+        for r in range(len(seg)):
+            for s in range(1, seg[r].max() + 1):
+                got.append((tuple(b["inputs"][r][seg[r] == s]),
+                            tuple(b["targets"][r][tseg[r] == s])))  # fmt: skip
+                assert (b["target_positions"][r][tseg[r] == s] == np.arange(len(got[-1][1]))).all()
+    assert got == want  # the same pairs, in the same order, nothing cut
+
+
+def _smoke(data_cfg, **model):
+    from seqjax.configs import common
+    from tests.train.conftest import CONFIG
+
+    config = common.load_file(CONFIG).get_config("smoke")
+    config.data = data_cfg.copy_and_resolve_references()
+    config.data.batch_size = 8
+    config.model.max_len = 64
+    for k, v in model.items():
+        setattr(config.model, k, v)
+    return config
+
+
+@pytest.mark.parametrize(
+    "model, match",
+    [
+        ({"attention": "linformer"}, r"config\.data\.packing=True .*'linformer'"),
+        ({"attention": "lsh"}, r"config\.data\.packing=True .*'lsh'"),
+        ({"attention": "performer"}, r"config\.data\.packing=True .*'performer'"),
+        ({"attention": "local"}, r"config\.data\.packing_align=1 .*a multiple of 64"),
+    ],
+)
+def test_mechanisms_that_cannot_honour_segments_refuse_packing(cfg, model, match):
+    from seqjax.train import config_validation
+
+    config = _smoke(cfg, **model)
+    if model["attention"] == "linformer":
+        config.model.attention_options.linformer = {"k": 8, "max_len": 64}
+    with pytest.raises(config_validation.ConfigError, match=match):
+        config_validation.validate(config)
+    if model["attention"] == "local":  # aligned examples are accepted
+        config.data.packing_align = 64
+        config_validation.validate(config)
+
+
+def test_packing_refused_for_stream_corpora_and_reversible_seq2seq(cfg, s2s_cfg, shakespeare):
+    from seqjax.train import config_validation
+
+    c = sd.default_config()
+    c.update(name="text_file", path=shakespeare, packing=True)
+    with pytest.raises(DataError, match=r"config\.data\.packing=True .*dense token stream"):
+        sd.info(c)
+    config = _smoke(s2s_cfg, reversible=True)
+    with pytest.raises(config_validation.ConfigError, match=r"data\.packing=True .*reversible"):
+        config_validation.validate(config)
