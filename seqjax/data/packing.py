@@ -81,7 +81,8 @@ def refusal(config) -> str | None:
         return (f"False with model.kind={kind!r} (the recurrent memory crosses example "
                 "boundaries)")  # fmt: skip
     names = [n.strip() for n in str(config.model.attention).split(",") if n.strip()]
-    names += [n.strip() for n in str(config.model.get("decoder_attention") or "").split(",")]
+    if config.data.get("name") in SEQ2SEQ:  # the decoder's self-attention too
+        names += [n.strip() for n in str(config.model.get("decoder_attention") or "").split(",")]
     for name in names:
         if name in NO_SEGMENTS:
             return f"False with model.attention={name!r} ({NO_SEGMENTS[name]})"
@@ -106,6 +107,8 @@ def alignment(config) -> int:
 
     period = 1
     names = [n.strip() for n in str(config.model.attention).split(",") if n.strip()]
+    if config.data.get("name") in SEQ2SEQ:  # the decoder's self-attention too
+        names += [n.strip() for n in str(config.model.get("decoder_attention") or "").split(",")]
     for name in names:
         opts = _options(config, name)
         if name == "local":

@@ -47,7 +47,7 @@ class MaskedLanguageModel(base.Task):
 
     def validate(self, config, bad) -> None:
         """A bidirectional encoder only (no recurrent, decoder-only, model kind); packing
-        only with mechanisms that honour segments (``seqjax.data.packing.refusal``)."""
+        only with mechanisms that honour segments (``seqjax.data.packing.model_problems``)."""
         from seqjax.data import packing
         from seqjax.models import memory
 
@@ -61,9 +61,7 @@ class MaskedLanguageModel(base.Task):
             bad("model.attention", config.model.attention,
                 "bidirectional mechanisms with data.objective='mlm' ('causal' always hides "
                 "the right context a masked token is predicted from)")  # fmt: skip
-        refused = packing.refusal(config) if config.data.get("packing") else None
-        if refused:
-            bad("data.packing", True, refused)
+        packing.model_problems(config, bad)  # mechanisms that cannot honour segments
         head = config.model.get("mlm_head_transform", True)
         adaptive = (config.model.get("adaptive") or {}).get("enabled", False)
         if not isinstance(head, bool):
