@@ -38,10 +38,14 @@ class Classification(base.Task):
         )
 
     def input_length(self, config) -> int:
-        """``data.max_len`` (the data set's default when None) + 1 with CLS pooling."""
+        """``data.max_len`` (the data set's default when None) + 1 with CLS pooling (packed
+        rows: + K = ``data.max_examples_per_row``, one CLS slot per example)."""
         from seqjax.data import api as data_api
 
-        return data_api.max_len(config.data) + (1 if config.model.pooling == "cls" else 0)
+        cls = 1 if config.model.pooling == "cls" else 0
+        if cls and config.data.get("packing"):  # seqjax.models.transformer.packed_cls_rows
+            cls = int(config.data.get("max_examples_per_row", 8))
+        return data_api.max_len(config.data) + cls
 
     def model_config(self, config, info):
         from seqjax.models import from_config
@@ -105,5 +109,51 @@ class Classification(base.Task):
         pixels = x_NT[:, : h * w].reshape(-1, h, w, 1)
         return {"predictions": image_grid.labelled_grid(pixels, titles, colors)}
 
+    # ---- packing (config.data.packing; seqjax.data.packing) -------------------------------
+
+    def configure(self, config):
+        """With ``config.data.packing``: the packed rows' task (one label per example)."""
+        return PACKED if config.data.get("packing") else self
+
+    def validate(self, config, bad) -> None:
+        """Packing only with mechanisms that honour segments (``packing.model_problems``);
+        CLS pooling shifts each example by its CLS slots, so it takes no block alignment."""
+        from seqjax.data import packing
+
+        packing.model_problems(config, bad)
+        if config.data.get("packing") and config.model.pooling == "cls":
+            need = packing.alignment(config)
+            if need > 1:
+                bad("model.pooling", "cls", f"'mean' with data.packing=True and model.attention="
+                    f"{config.model.attention!r} (its blocks of {need} positions would cut "
+                    "each example's CLS-shifted row differently than alone)")  # fmt: skip
+
+
+class PackedClassification(Classification):
+    """Classification of packed rows: ``inputs``/``segment_ids``/``positions`` ``[B, T]``,
+    ``targets`` int32 and ``weights`` float32 ``[B, K]`` (K = ``data.max_examples_per_row``,
+    weight 1 per real example); the model pools per segment and gives ``[B, K, C]`` logits,
+    so loss and accuracy average over the real examples."""
+
+    unit = "row"
+    batch_fields = {
+        "inputs": ("int32", 2),
+        "segment_ids": ("int32", 2),
+        "positions": ("int32", 2),
+        "targets": ("int32", 2),
+        "weights": ("float32", 2),
+    }
+
+    def apply(self, model, params, batch, *, rng, train: bool, memory=None):
+        del memory
+        rngs = {"dropout": rng} if train else {}
+        out = model.apply(
+            {"params": params}, batch["inputs"], segment_ids=batch["segment_ids"],
+            positions_BT=batch["positions"], num_segments=batch["targets"].shape[1],
+            rngs=rngs, deterministic=not train,
+        )  # fmt: skip
+        return out, None
+
 
 TASK = registry.register(Classification())
+PACKED = PackedClassification()  # not registered: ``TASK.configure`` returns it

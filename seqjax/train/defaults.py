@@ -56,6 +56,9 @@ def model() -> ml_collections.ConfigDict:
     c.remat = False  # rematerialize each block in the backward pass (less memory)
     c.reversible = False  # reversible residual layers (Reformer)
     c.pooling = "mean"  # classifier pooling: "mean" over non-pad tokens | "cls"
+    # Masked LM (data.objective='mlm'): BERT's head transform dense -> GELU -> LayerNorm
+    # before the (tied) output layer + bias (seqjax.models.transformer.MLMHead).
+    c.mlm_head_transform = True
     # Pair data (aan, l10n_pairs; seqjax.models.two_tower, LRA Retrieval): 2 = one shared
     # encoder on both documents; single-input data sets need 1.
     c.towers = 1

@@ -355,6 +355,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
 
     # ---- finish: test split, sample, result ---------------------------------------------
     result = {"step": step, "stopped": stopped, "test": None, "sample": None}
+    if getattr(train_iter, "packing_efficiency", None) is not None:  # seqjax.data.packing
+        result["packing_efficiency"] = train_iter.packing_efficiency
     if stopped != "done":
         logging.info("stopped (%s) at step %d; checkpoint saved, rerun to resume", stopped, step)
         writer.close()
