@@ -73,9 +73,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     t.eval_every = 500
     t.eval_max_batches = 20  # during training; the final test pass reads the whole split
     t.checkpoint_every = 500
-    t.sample_length = 16  # images in the end-of-run sample grid
-    t.sample_prompt = "samples.png"  # the grid's PNG (relative to the current directory)
-    t.sample_temperature = 1.0
+    # no end-of-run grid in the current directory: every evaluation writes
+    # <workdir>/samples/step_XXXXXX.png and a TensorBoard image (config.eval.pictures)
+    t.sample_length = 0
+    c.eval.num_pictures = 16
 
     if variant == "smoke":  # seconds on a 2-core CPU
         m.num_layers, m.num_heads, m.d_model = 1, 2, 32

@@ -12,7 +12,9 @@ and optimizer are LRA's ``image/configs/cifar10/base_cifar10_config.py``: 1 laye
 width 32 (qkv 32), MLP 64, dropout 0.3, attention dropout 0.2, CLS pooling, learned
 positions, batch 256, Adam at 5e-4 with one epoch of linear warm-up then cosine decay, no
 weight decay, 200 epochs (LRA Table 1: Transformer 42.44 % on CIFAR-10). ``smoke`` trains
-a tiny model for a few steps in the test suite. ``sweep()`` lists every mechanism of the
+a tiny model for a few steps in the test suite; ``cpu`` is LRA's model itself (it is small)
+for 600 steps of batch 32 (a third of an epoch; minutes on two idle CPU cores), the LRA study's
+CPU scale. ``sweep()`` lists every mechanism of the
 LRA study that seqjax has.
 """
 
@@ -22,7 +24,7 @@ from seqjax import data
 from seqjax.configs import common
 from seqjax.train import defaults
 
-VARIANTS = ("default", "smoke", "cifar10")
+VARIANTS = ("default", "smoke", "cpu", "cifar10")
 MECHANISMS = ("dense", "sparse_fixed", "linformer", "lsh")
 TRAIN_EXAMPLES = 55_000  # Fashion-MNIST train split (LRA CIFAR-10: 45,000)
 
@@ -80,6 +82,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         o.warmup_steps = 2
         t.num_steps, t.eval_every, t.eval_max_batches, t.checkpoint_every = 4, 2, 1, 2
         t.final_eval = False
+    if variant == "cpu":  # LRA's model, fewer and smaller steps (experiments/lra_accuracy)
+        d.batch_size = 32
+        o.warmup_steps = 60
+        t.num_steps, t.eval_every, t.eval_max_batches, t.checkpoint_every = 600, 200, 20, 200
     return c
 
 

@@ -2,11 +2,13 @@
 
     python -m seqjax.sample --workdir DIR --prompt "def " --length 200 --temperature 0.8
     python -m seqjax.sample --workdir DIR --prompt "def " --top_k 20 --top_p 0.9
+    python -m seqjax.sample --workdir IMAGE_RUN --length 16 --temperature 1 --out grid.png
 
 restores the newest complete checkpoint of a training workdir and prints the prompt
 followed by ``length`` generated characters (tokens). The decoding itself (KV cache, prefix
 recomputation, Transformer-XL memory as the cache) is ``seqjax.train.sampling``, reached
-through the run's task (``seqjax.tasks``): any task that ``generates`` can be sampled.
+through the run's task (``seqjax.tasks``): any task that ``generates`` can be sampled. An
+image model draws ``length`` images and writes them as one PNG grid to ``--out``.
 """
 
 from __future__ import annotations
@@ -43,29 +45,46 @@ def _main(argv):
             f"sampling needs a task that does: {able}"
         )
     prompt = cli_inputs.usable_prompt(f.prompt, run.info.encode, run.info.decode) or "\n"
-    task.check_sample_inputs(run, prompt, f.length)
+    length = f.length
+    if task.sample_to_file:  # image models: --out is the grid's PNG; --length images (16)
+        prompt = f.out or prompt
+        length = f.length if f["length"].present else 16
+    task.check_sample_inputs(run, prompt, length)
     text = task.sample(
         run,
         state["params"],
         prompt,
-        f.length,
+        length,
         temperature=f.temperature,
         top_k=f.top_k,
         top_p=f.top_p,
         seed=f.seed,
     )
     print(prompt + text)
+    if f.out and not task.sample_to_file:
+        with open(f.out, "w", encoding="utf-8") as out:
+            out.write(prompt + text)
 
 
 def cli():
     """``python -m seqjax.sample --workdir DIR --prompt ... --length N --temperature T``."""
     flags.DEFINE_string("workdir", None, "Training workdir with checkpoints.")
     flags.DEFINE_string("prompt", "\n", "Text to continue.")
-    flags.DEFINE_integer("length", 200, "Number of characters/tokens to generate.")
+    flags.DEFINE_integer(
+        "length",
+        200,
+        "Number of characters/tokens to generate (image models: images in the grid, default 16).",
+    )
     flags.DEFINE_float("temperature", 0.8, "Softmax temperature (0 = greedy).")
     flags.DEFINE_integer("top_k", 0, "Sample from the k most probable tokens (0 = all).")
     flags.DEFINE_float("top_p", 1.0, "Nucleus sampling: the smallest set of mass >= p (1 = all).")
     flags.DEFINE_integer("seed", 0, "Sampling seed.")
+    flags.DEFINE_string(
+        "out",
+        None,
+        "Image models: the PNG file of the sample grid (default "
+        "samples.png); text models: a file the sample is also written to.",
+    )
     flags.DEFINE_integer("step", None, "Checkpoint step to sample from (default: the newest).")
     from seqjax.train import cli_inputs
 

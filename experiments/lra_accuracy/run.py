@@ -180,7 +180,7 @@ def job_config(task: str, mechanism: str, scale: str, tfds_dir: str | None, reci
         c = load_base(task, smoke=scale != "full", variant=task_variant(task, scale))
         if scale == "smoke":
             c.train.num_steps = 10
-        return _finish(c, mechanism, scale, tfds_dir)
+        return _finish(c, mechanism, scale, tfds_dir, own_options=True)
     c = load_base(task, smoke=scale != "full")
     d, m, t = c.data, c.model, c.train
     if scale == "cpu":
@@ -206,9 +206,10 @@ def job_config(task: str, mechanism: str, scale: str, tfds_dir: str | None, reci
     return _finish(c, mechanism, scale, tfds_dir)
 
 
-def _finish(c, mechanism: str, scale: str, tfds_dir: str | None):
+def _finish(c, mechanism: str, scale: str, tfds_dir: str | None, own_options: bool = False):
     """The common end of every job: final test evaluation only, one device, the row's
-    attention (a flex row: ``flex`` with its pattern)."""
+    attention (a flex row: ``flex`` with its pattern). ``own_options``: a task config that
+    sets options for the mechanism keeps them (e.g. LRA Image's sparse stride = one row)."""
     d, m, t = c.data, c.model, c.train
     t.eval_every = 0  # the final test evaluation only
     t.final_eval = True
@@ -222,6 +223,8 @@ def _finish(c, mechanism: str, scale: str, tfds_dir: str | None):
     length = int(m.max_len)  # model inputs (with CLS)
     attention = lra.ROW_BY_NAME[mechanism].mechanism if mechanism in lra.ROW_BY_NAME else mechanism
     m.attention = attention
+    if own_options and mechanism == attention and attention in m.attention_options:
+        return c  # the task config's own options for this mechanism
     m.attention_options[attention] = ml_collections.ConfigDict(options(mechanism, length, scale))
     return c
 

@@ -275,14 +275,14 @@ def dense_attention(q, k, v, *, implementation="auto", block_q=512, block_k=512,
 
 def _score_mod_implementation(implementation: str, logits: int) -> str:
     """The implementation that runs a score modification: ``auto`` becomes ``reference`` or
-    ``chunked``; cuDNN, splash and the Pallas kernels take no bias (raises)."""
+    ``chunked``; cuDNN and splash take no bias (raises); the Pallas kernels compute it."""
     if implementation == "auto":
         return "chunked" if logits > AUTO_CHUNK_THRESHOLD else "reference"
-    if implementation not in ("reference", "chunked"):
+    if implementation not in ("reference", "chunked", "pallas"):
         raise ValueError(
             f"dense implementation {implementation!r} cannot add a positional score bias "
-            "(model.positional 'alibi'/'t5_bias'); use implementation 'auto', 'reference' or "
-            "'chunked'"
+            "(model.positional 'alibi'/'t5_bias'); use implementation 'auto', 'reference', "
+            "'chunked' or 'pallas'"
         )
     return implementation
 

@@ -35,6 +35,15 @@ BigBird's layout is drawn over the key blocks and the queries take its last rows
 needs ``S - T`` to be a multiple of ``block_size`` (otherwise an error says so). A user
 ``block_mask`` is taken as given (rows = query blocks of this call).
 
+**Score modifications** (``score_mod``: ALiBi, T5 bias; ``seqjax.attention.score_mod``;
+RoPE rotates q and k before any mechanism) are added to the scaled logits by every engine
+but splash: ``masked`` materialises the ``[H, T, S]`` bias, ``blocksparse`` computes it per
+visited block (its parameters get their gradient in the custom VJP) and ``pallas`` computes
+it inside the kernels from (query position, key position, head). Splash attention has no
+bias input, so ``implementation="splash"`` with a score modification raises, and ``auto``
+on a TPU runs ``blocksparse`` instead (logged once). The bias is evaluated at the same
+absolute query positions as the pattern: ``score_mod.q_offset`` must be ``S - T``.
+
 Legend: B batch, T query length, S key length, H heads, D head dim, bq/bk block sizes.
 """
 
@@ -42,6 +51,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 from collections.abc import Callable
 
 import jax
@@ -51,6 +61,7 @@ import numpy as np
 from seqjax.attention import blockwise, dense, pallas_blocks, registry, splash
 from seqjax.attention import masks as masks_lib
 
+log = logging.getLogger(__name__)
 IMPLEMENTATIONS = ("auto", "blocksparse", "pallas", "splash", "masked")
 PATTERNS = ("sliding_window", "dilated", "global_tokens", "bigbird", "strided", "fixed")
 OPTIONS = (
@@ -224,6 +235,7 @@ def flex_attention(
     seed=0,
     block_size=64,
     implementation="auto",
+    score_mod=None,
 ):
     """Attention restricted to a pattern (module docstring), registered as ``"flex"``.
 
@@ -237,6 +249,8 @@ def flex_attention(
       block_size: query and key block size of the engines (a power of two >= 16 for the
         Pallas kernels).
       implementation: one of ``IMPLEMENTATIONS``.
+      score_mod: optional positional bias (``seqjax.attention.score_mod.ScoreMod``) at
+        absolute positions, its ``q_offset`` equal to ``S - T`` (module docstring).
 
     Returns:
       ``[B, T, H, Dv]`` in the dtype of ``q``.
@@ -254,6 +268,8 @@ def flex_attention(
     bs = int(block_size)
     nq, nk = -(-t // bs), -(-s // bs)
     offset = masks_lib.causal_offset(t, s)
+    if score_mod is not None:
+        implementation = _score_mod_implementation(implementation, score_mod, offset)
     if pattern == "bigbird":
         # The layout of the whole (key) sequence; the queries are its last T positions.
         if offset < 0 or offset % bs:
@@ -295,9 +311,11 @@ def flex_attention(
         pattern_TS = fn(jnp.arange(t)[:, None], jnp.arange(s)[None, :])
         extra = masks_lib.dense_mask(b, t, s, causal=causal, mask=mask, segment_ids=segment_ids)
         valid = pattern_TS[None, None] if extra is None else extra & pattern_TS[None, None]
+        bias = None if score_mod is None else score_mod.dense_bias(t, s)[None]
         return dense.masked_attention(
-            q, k, v, valid, scale=scale, dropout_rate=dropout_rate, dropout_rng=dropout_rng
-        )
+            q, k, v, valid, scale=scale, dropout_rate=dropout_rate, dropout_rng=dropout_rng,
+            bias=bias,
+        )  # fmt: skip
     backend = jax.default_backend()
     if implementation == "splash" or (
         implementation == "auto" and backend == "tpu" and dropout_rate == 0.0 and key is None
@@ -316,10 +334,46 @@ def flex_attention(
         implementation == "auto" and backend == "gpu" and dropout_rate == 0.0
     ):
         engine = pallas_blocks.block_sparse_attention
+    if score_mod is not None:
+        common["score_mod"] = score_mod
     return engine(
         q, k, v, table=table, count=count, block_q=bs, block_k=bs, mask_fn=elem_fn,
         dropout_rate=dropout_rate, dropout_rng=dropout_rng, **common,
     )  # fmt: skip
+
+
+def _score_mod_implementation(implementation: str, score_mod, offset: int) -> str:
+    """The implementation that adds ``score_mod``: splash has no bias input (raises;
+    ``auto`` on TPU becomes ``blocksparse``), nor do the Pallas kernels for a bias without
+    a kernel form (``auto`` on GPU becomes ``blocksparse``). Raises when a concrete
+    ``score_mod.q_offset`` is not the patterns' ``S - T``."""
+    q_offset = score_mod.q_offset
+    if isinstance(q_offset, (int, np.integer)) and int(q_offset) != offset:
+        raise ValueError(
+            f"flex evaluates its pattern at absolute query positions S - T + i = {offset} + i; "
+            f"the score_mod's q_offset={int(q_offset)} must equal S - T = {offset}"
+        )
+    if implementation == "splash":
+        raise ValueError(
+            "flex implementation='splash' cannot add a positional score bias "
+            "(model.positional 'alibi'/'t5_bias'): splash attention has no bias input; use "
+            "implementation 'auto', 'blocksparse', 'pallas' or 'masked'"
+        )
+    if implementation != "auto":
+        return implementation
+    backend = jax.default_backend()
+    if backend == "tpu":
+        _log_auto_choice("splash attention has no bias input")
+        return "blocksparse"
+    if backend == "gpu" and score_mod.form is None:
+        _log_auto_choice("the Pallas kernels compute only the ALiBi and T5 biases")
+        return "blocksparse"
+    return implementation
+
+
+@functools.lru_cache(maxsize=8)
+def _log_auto_choice(why: str) -> None:
+    log.info("flex 'auto' with a score modification runs 'blocksparse': %s", why)
 
 
 def _validate(options: dict, seq_len: int) -> None:

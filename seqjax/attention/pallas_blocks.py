@@ -41,6 +41,7 @@ from jax.sharding import PartitionSpec as P
 
 from seqjax.attention import blockwise, numerics, splash
 from seqjax.attention import masks as masks_lib
+from seqjax.attention import score_mod as score_mod_lib
 
 # ``dot`` moved from ``pallas`` to ``pallas.triton`` (JAX 0.8); take whichever exists.
 _pl_dot = getattr(plgpu, "dot", None) or pl.dot
@@ -55,13 +56,21 @@ def default_interpret() -> bool:
     return jax.default_backend() != "gpu"
 
 
-def supported(q, k, v, *, block_q: int, block_k: int, table, dropout_rate=0.0) -> str | None:
+def supported(
+    q, k, v, *, block_q: int, block_k: int, table, dropout_rate=0.0, score_mod=None
+) -> str | None:
     """Why the kernels cannot run these inputs (None when they can).
 
     Triton needs power-of-two tiles of at least 16 rows and a head dim that is a power of two.
+    A score modification must have a kernel form (ALiBi, T5 bias; ``score_mod.KernelForm``).
     """
     if dropout_rate > 0.0:
         return "attention dropout is not implemented in the Pallas kernels"
+    if score_mod is not None and score_mod.form is None:
+        return (
+            "the score modification has no kernel form (the kernels compute only the ALiBi "
+            "and T5 biases of score_mod.alibi / score_mod.t5_bias, not a remapped or custom one)"
+        )
     d, dv = q.shape[-1], v.shape[-1]
     for name, x in (("head dim", d), ("value head dim", dv)):
         if x < 16 or x & (x - 1):
@@ -102,7 +111,7 @@ def _dot(a, b, *, trans_a=False, trans_b=False):
 
 
 def _fwd_kernel(table_ref, count_ref, q_ref, k_ref, v_ref, *refs, cfg):
-    (km_ref, qs_ref, ks_ref), (o_ref, lse_ref) = cfg["aux"](refs)
+    (km_ref, qs_ref, ks_ref), bias_refs, (o_ref, lse_ref) = cfg["aux"](refs)
     i = pl.program_id(0)
     bq, bk, w = cfg["bq"], cfg["bk"], cfg["w"]
     q = q_ref[...]
@@ -114,6 +123,8 @@ def _fwd_kernel(table_ref, count_ref, q_ref, k_ref, v_ref, *refs, cfg):
         k = k_ref[pl.ds(j * bk, bk), :]
         v = v_ref[pl.ds(j * bk, bk), :]
         s_ = _dot(q, k, trans_b=True) * cfg["scale"]
+        if bias_refs:
+            s_ = s_ + cfg["bias"](i, j, *bias_refs)
         valid = cfg["mask"](i, j, km_ref=km_ref, qs_ref=qs_ref, ks_ref=ks_ref)
         s_ = jnp.where(valid, s_, _NEG)
         m_new = jnp.maximum(m, s_.max(axis=-1))
@@ -134,36 +145,44 @@ def _fwd_kernel(table_ref, count_ref, q_ref, k_ref, v_ref, *refs, cfg):
 
 
 def _dkdv_kernel(t_table_ref, t_count_ref, q_ref, k_ref, v_ref, g_ref, lse_ref, dl_ref, *refs, cfg):
-    (km_ref, qs_ref, ks_ref), (dk_ref, dv_ref) = cfg["aux"](refs)
+    (km_ref, qs_ref, ks_ref), bias_refs, (dk_ref, dv_ref, *dcoef_ref) = cfg["aux"](refs)
     j = pl.program_id(0)
     bq, w = cfg["bq"], cfg["tw"]
     k = k_ref[...]
     v = v_ref[...]
 
     def body(n, carry):
-        dk, dv = carry
+        dk, dv, dcoef = carry
         i = t_table_ref[j * w + n]
         q = q_ref[pl.ds(i * bq, bq), :]
         g = g_ref[pl.ds(i * bq, bq), :]
         lse = lse_ref[pl.ds(i * bq, bq)]
         delta = dl_ref[pl.ds(i * bq, bq)]
         s_ = _dot(q, k, trans_b=True) * cfg["scale"]
+        if bias_refs:
+            s_ = s_ + cfg["bias"](i, j, *bias_refs)
         valid = cfg["mask"](i, j, km_ref=km_ref, qs_ref=qs_ref, ks_ref=ks_ref)
         p = jnp.where(valid, jnp.exp(s_ - lse[:, None]), 0.0)
         dv = dv + _dot(p.astype(g.dtype), g, trans_a=True)
         dp = _dot(g, v, trans_b=True)
-        ds = (p * (dp - delta[:, None]) * cfg["scale"]).astype(q.dtype)
+        ds_raw = p * (dp - delta[:, None])  # d loss / d (biased logits)
+        if dcoef_ref:  # the learned table's cotangent: ds summed per bucket
+            dcoef = dcoef + cfg["bias_grad"](i, j, bias_refs[0], ds_raw)
+        ds = (ds_raw * cfg["scale"]).astype(q.dtype)
         dk = dk + _dot(ds, q, trans_a=True)
-        return dk, dv
+        return dk, dv, dcoef
 
-    init = (jnp.zeros(k.shape, jnp.float32), jnp.zeros(v.shape, jnp.float32))
-    dk, dv = jax.lax.fori_loop(0, t_count_ref[j], body, init)
+    dcoef0 = jnp.zeros((cfg["coef_width"],), jnp.float32) if dcoef_ref else None
+    init = (jnp.zeros(k.shape, jnp.float32), jnp.zeros(v.shape, jnp.float32), dcoef0)
+    dk, dv, dcoef = jax.lax.fori_loop(0, t_count_ref[j], body, init)
     dk_ref[...] = dk.astype(dk_ref.dtype)
     dv_ref[...] = dv.astype(dv_ref.dtype)
+    if dcoef_ref:
+        dcoef_ref[0][...] = dcoef
 
 
 def _dq_kernel(table_ref, count_ref, q_ref, k_ref, v_ref, g_ref, lse_ref, dl_ref, *refs, cfg):
-    (km_ref, qs_ref, ks_ref), (dq_ref,) = cfg["aux"](refs)
+    (km_ref, qs_ref, ks_ref), bias_refs, (dq_ref,) = cfg["aux"](refs)
     i = pl.program_id(0)
     bk, w = cfg["bk"], cfg["w"]
     q, g = q_ref[...], g_ref[...]
@@ -174,6 +193,8 @@ def _dq_kernel(table_ref, count_ref, q_ref, k_ref, v_ref, g_ref, lse_ref, dl_ref
         k = k_ref[pl.ds(j * bk, bk), :]
         v = v_ref[pl.ds(j * bk, bk), :]
         s_ = _dot(q, k, trans_b=True) * cfg["scale"]
+        if bias_refs:
+            s_ = s_ + cfg["bias"](i, j, *bias_refs)
         valid = cfg["mask"](i, j, km_ref=km_ref, qs_ref=qs_ref, ks_ref=ks_ref)
         p = jnp.where(valid, jnp.exp(s_ - lse[:, None]), 0.0)
         dp = _dot(g, v, trans_b=True)
@@ -215,6 +236,7 @@ def block_sparse_attention(
     interpret: bool | None = None,
     num_warps: int | None = None,
     num_stages: int = 2,
+    score_mod=None,
 ):
     """Exact attention restricted to the key blocks of ``table``, as Pallas kernels.
 
@@ -224,6 +246,9 @@ def block_sparse_attention(
     Args:
       interpret: run the kernels in Pallas interpret mode (default: everywhere but on GPU).
       num_warps, num_stages: Triton launch settings on GPU.
+      score_mod: optional ALiBi or T5 bias (``seqjax.attention.score_mod``, with a
+        ``KernelForm``), computed inside the kernels from (query position, key position,
+        head); the T5 table's gradient is summed per bucket in the dK/dV kernel.
 
     Raises:
       ValueError: for inputs the kernels do not support (see ``supported``).
@@ -235,7 +260,7 @@ def block_sparse_attention(
         # so round it up to a power of two; positions past t / s are masked.
         block_q = block_k = _pow2_at_least_16(max(block_q, block_k))
     why = supported(q, k, v, block_q=block_q, block_k=block_k, table=table,
-                    dropout_rate=dropout_rate)  # fmt: skip
+                    dropout_rate=dropout_rate, score_mod=score_mod)  # fmt: skip
     if why is not None:
         raise ValueError(f"Pallas block-sparse attention: {why}")
     del dropout_rng
@@ -262,11 +287,39 @@ def block_sparse_attention(
             pad(kv_seg.astype(jnp.int32), nk * bk),
         ]
 
+    has_bias = score_mod is not None
+    form = score_mod.form if has_bias else None
+    learned = has_bias and form.scheme == "t5_bias"
+    # Bias inputs: the query offset (int32 [16], entry 0) and the per-head coefficients
+    # [H, cw] (ALiBi's slope in column 0, or the T5 table's column of the head).
+    cw = _pow2_at_least_16(form.num_buckets if learned else 1)
+    bias_args = ()
+    if has_bias:
+        off = jnp.zeros((16,), jnp.int32) + jnp.asarray(score_mod.q_offset, jnp.int32)
+        bias_args = (score_mod.params, off)
+
+    def coefficients(params):
+        c_NH = score_mod.coefficients(params).reshape(-1, h)  # [1 | N, H]
+        return jnp.pad(c_NH.T, ((0, 0), (0, cw - c_NH.shape[0])))
+
     def aux(refs):
         rest = list(refs)
         km_ref = rest.pop(0) if has_km else None
         qs_ref, ks_ref = (rest.pop(0), rest.pop(0)) if has_seg else (None, None)
-        return (km_ref, qs_ref, ks_ref), tuple(rest)
+        bias_refs = (rest.pop(0), rest.pop(0)) if has_bias else ()
+        return (km_ref, qs_ref, ks_ref), bias_refs, tuple(rest)
+
+    def positions(i, j, off_ref):
+        q_pos = off_ref[0] + i * bq + jnp.arange(bq, dtype=jnp.int32)
+        return q_pos, j * bk + jnp.arange(bk, dtype=jnp.int32)
+
+    def block_bias(i, j, off_ref, coef_ref):  # float32 [bq, bk] of this program's head
+        q_pos, k_pos = positions(i, j, off_ref)
+        return score_mod_lib.kernel_bias(form, q_pos, k_pos, lambda n: coef_ref[n])
+
+    def block_bias_grad(i, j, off_ref, ds_raw):  # float32 [cw]: ds summed per T5 bucket
+        q_pos, k_pos = positions(i, j, off_ref)
+        return score_mod_lib.kernel_bias_grad(form, q_pos, k_pos, ds_raw, cw)
 
     mask_block = functools.partial(
         _element_mask,
@@ -279,7 +332,8 @@ def block_sparse_attention(
         mask_fn=mask_fn,
     )
     cfg = dict(bq=bq, bk=bk, w=table.shape[1], tw=t_table.shape[1], scale=scale, aux=aux,
-               mask=mask_block)  # fmt: skip
+               mask=mask_block, bias=block_bias, bias_grad=block_bias_grad,
+               coef_width=cw)  # fmt: skip
     params = None
     if not interpret:
         warps = num_warps or (4 if max(d, bq, bk) <= 64 else 8)
@@ -308,13 +362,22 @@ def block_sparse_attention(
         if has_seg:
             specs.append(pl.BlockSpec((None, nq * bq), lambda r, bi, hi: (bi, 0)))
             specs.append(pl.BlockSpec((None, nk * bk), lambda r, bi, hi: (bi, 0)))
+        if has_bias:  # the offset whole, the coefficients of head hi
+            specs.append(pl.BlockSpec((16,), lambda *_: (0,)))
+            specs.append(pl.BlockSpec((None, cw), lambda r, bi, hi: (hi, 0)))
         return specs
+
+    def kernel_inputs(aux_in, params):
+        if not has_bias:
+            return aux_in
+        *masks_in, off = aux_in
+        return (*masks_in, off, coefficients(params))
 
     tab, cnt = _flat_table(table), _counts(count)
     ttab, tcnt = _flat_table(t_table), _counts(t_count)
     dv_dim = v.shape[-1]
 
-    def forward(qp, kp, vp, aux_in):
+    def forward(qp, kp, vp, aux_in, params=None):
         qp, kp, vp = blockwise._first_order_only((qp, kp, vp))  # no second derivatives
         b = qp.shape[0]  # this device's batch under shard_map
         out, lse = call(
@@ -328,18 +391,26 @@ def block_sparse_attention(
                 jax.ShapeDtypeStruct((b, h, nq * bq), jnp.float32),
             ],
             name="seqjax_block_sparse_fwd",
-        )(tab, cnt, qp, kp, vp, *aux_in)
+        )(tab, cnt, qp, kp, vp, *kernel_inputs(aux_in, params))
         return out, lse
 
     def backward(res, cotangents):
-        qp, kp, vp, aux_in, out, lse = res
+        if has_bias:
+            qp, kp, vp, aux_in, params, out, lse = res
+        else:
+            (qp, kp, vp, aux_in, out, lse), params = res, None
         g, g_lse = cotangents
         b = qp.shape[0]
         qp, kp, vp, g, g_lse = blockwise._first_order_only((qp, kp, vp, g, g_lse))
         g = g.astype(qp.dtype)
         rowsum = jnp.einsum("bqhd,bqhd->bhq", g.astype(jnp.float32), out.astype(jnp.float32))
         delta, lse_safe = numerics.backward_stats(rowsum, lse, g_lse)
-        dk, dv = call(
+        dcoef_spec, dcoef_shape = [], []
+        if learned:  # per (key block, batch, head) partial sums of the table's cotangent
+            dcoef_spec = [pl.BlockSpec((None, None, None, cw), lambda r, bi, hi: (r, bi, hi, 0))]
+            dcoef_shape = [jax.ShapeDtypeStruct((nk, b, h, cw), jnp.float32)]
+        kernel_in = kernel_inputs(aux_in, params)
+        dk, dv, *dcoef = call(
             functools.partial(_dkdv_kernel, cfg=cfg),
             grid=(nk, b, h),
             in_specs=[
@@ -353,13 +424,14 @@ def block_sparse_attention(
                 stat_all(nq * bq),
             ]
             + aux_specs(),
-            out_specs=[rows(bk, d), rows(bk, dv_dim)],
+            out_specs=[rows(bk, d), rows(bk, dv_dim), *dcoef_spec],
             out_shape=[
                 jax.ShapeDtypeStruct(kp.shape, kp.dtype),
                 jax.ShapeDtypeStruct(vp.shape, vp.dtype),
+                *dcoef_shape,
             ],
             name="seqjax_block_sparse_dkdv",
-        )(ttab, tcnt, qp, kp, vp, g, lse_safe, delta, *aux_in)
+        )(ttab, tcnt, qp, kp, vp, g, lse_safe, delta, *kernel_in)
         (dq,) = call(
             functools.partial(_dq_kernel, cfg=cfg),
             grid=(nq, b, h),
@@ -377,11 +449,20 @@ def block_sparse_attention(
             out_specs=[rows(bq, d)],
             out_shape=[jax.ShapeDtypeStruct(qp.shape, qp.dtype)],
             name="seqjax_block_sparse_dq",
-        )(tab, cnt, qp, kp, vp, g, lse_safe, delta, *aux_in)
-        return dq, dk, dv, tuple(None for _ in aux_in)
+        )(tab, cnt, qp, kp, vp, g, lse_safe, delta, *kernel_in)
+        grads = dq, dk, dv, tuple(None for _ in aux_in)
+        if not has_bias:
+            return grads
+        if not learned:
+            return (*grads, jax.tree.map(jnp.zeros_like, params))
+        dtable_NH = dcoef[0].sum((0, 1))[:, : form.num_buckets].T
+        return (*grads, dtable_NH.astype(params.dtype))
 
-    def attend(qp, kp, vp, *aux_in):
-        return blockwise.call_with_vjp(forward, backward, qp, kp, vp, tuple(aux_in))
+    def attend(qp, kp, vp, *args):
+        if not has_bias:
+            return blockwise.call_with_vjp(forward, backward, qp, kp, vp, tuple(args))
+        params, off, aux_in = args[0], args[1], tuple(args[2:])
+        return blockwise.call_with_vjp_params(forward, backward, qp, kp, vp, (*aux_in, off), params)
 
     split = splash.mesh_split(b, h, same_heads=False)
     if split and split.batch:  # XLA would run an opaque kernel whole on every device
@@ -389,11 +470,11 @@ def block_sparse_attention(
         attend = jax.shard_map(
             attend,
             mesh=split.mesh,
-            in_specs=(x_spec,) * 3 + (aux_spec,) * len(aux_arrays),
+            in_specs=(x_spec,) * 3 + (P(),) * len(bias_args) + (aux_spec,) * len(aux_arrays),
             out_specs=(x_spec, P(split.batch, None, None)),
             check_vma=False,
         )
-    out, lse_BHT = attend(qp, kp, vp, *aux_arrays)
+    out, lse_BHT = attend(qp, kp, vp, *bias_args, *aux_arrays)
     out = out[:, :t]
     if not return_lse:
         return out

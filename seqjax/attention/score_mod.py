@@ -35,14 +35,20 @@ Positions are those of the sequence as given (``arange``); packed ``segment_ids`
 restart: all three schemes depend on ``q - k`` only and attention across segments is masked.
 
 Engines that honour a ``ScoreMod`` (``SCORE_MOD_SUPPORT``): ``dense``/``causal`` with
-``implementation`` ``reference`` or ``chunked`` (``auto`` picks one of the two), and the
-Sparse Transformer patterns (``masked`` and the block-sparse engine, whose parts see the
-bias in their own coordinates: ``ScoreMod.remap``; ``pallas`` runs biased parts on the
-plain-JAX engine). Not honoured: cuDNN fused attention and TPU splash (no additive bias
-input), the Pallas block kernels (no bias operand yet), ``flex`` (a mask-only engine),
-LSH (its sorted chunks would need the bias per chunk), Linformer (keys are projected along
-the sequence: no key positions remain) and Transformer-XL's ``relative`` (a positional
-scheme of its own); ``check_supported`` names them before anything compiles.
+``implementation`` ``reference``, ``chunked`` (``auto`` picks one of the two) or ``pallas``;
+``flex`` (and ``local``, a flex pattern) with ``masked``, ``blocksparse``, ``pallas`` or
+``auto``; the Sparse Transformer patterns (``masked`` and the block-sparse engine, whose
+parts see the bias in their own coordinates: ``ScoreMod.remap``; ``pallas`` runs those
+remapped parts on the plain-JAX engine, logged). The Pallas block kernels
+(``pallas_blocks``) compute the bias in-kernel from a ``KernelForm`` (ALiBi: the head's
+slope times the distance; T5: the bucket by integer comparisons and a select over the
+head's column of the table, whose gradient the dK/dV kernel sums per bucket); a bias
+without a kernel form (remapped, custom) is refused there. Not honoured: cuDNN fused
+attention and TPU splash (no additive bias input; flex's ``auto`` on TPU runs
+``blocksparse`` instead), LSH (its sorted chunks would need the bias per chunk), Linformer
+(keys are projected along the sequence: no key positions remain) and Transformer-XL's
+``relative`` (a positional scheme of its own); ``check_supported`` names them before
+anything compiles.
 
 Legend: B batch, T query length, S key length, H heads, D head dim, bq/bk block lengths,
 N buckets.
@@ -51,6 +57,7 @@ N buckets.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -62,10 +69,33 @@ import numpy as np
 SCHEMES = ("rope", "alibi", "t5_bias")
 BIAS_SCHEMES = ("alibi", "t5_bias")
 # Mechanism -> implementations that add a ScoreMod bias (None: every implementation).
+_BLOCK_SPARSE = ("auto", "blocksparse", "pallas", "masked")
 SCORE_MOD_SUPPORT = {
-    "dense": ("auto", "reference", "chunked"),
-    "causal": ("auto", "reference", "chunked"),
+    "dense": ("auto", "reference", "chunked", "pallas"),
+    "causal": ("auto", "reference", "chunked", "pallas"),
+    "flex": _BLOCK_SPARSE,
+    "local": _BLOCK_SPARSE,
+    "sparse_strided": _BLOCK_SPARSE,
+    "sparse_fixed": _BLOCK_SPARSE,
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelForm:
+    """A bias that a kernel computes itself from (query position, key position, head),
+    given one small coefficient array (``ScoreMod.coefficients``) it loads per head:
+
+    * ``"alibi"``: coefficients ``[H]`` (the constant slopes): ``-m_h (i - j)``, or
+      ``-m_h |i - j|`` when not ``causal``;
+    * ``"t5_bias"``: coefficients ``[N, H]`` (the learned table): ``table[bucket(j - i), h]``
+      with the bucket computed by integer comparisons (``t5_bucket``).
+    """
+
+    scheme: str
+    causal: bool
+    num_heads: int = 0
+    num_buckets: int = 0
+    max_distance: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,11 +107,14 @@ class ScoreMod:
         pure function of its arguments (it is called inside custom VJPs and loops).
       params: pytree of parameters of ``fn`` (differentiated), ``()`` when none.
       q_offset: absolute position of query row 0 (an int or a traced int scalar).
+      form: how a kernel computes ``fn`` itself from (query position, key position, head)
+        (``KernelForm``; set by ``alibi`` and ``t5_bias``), None for any other bias.
     """
 
     fn: Callable[[Any, jax.Array, jax.Array], jax.Array]
     params: Any = ()
     q_offset: Any = 0
+    form: KernelForm | None = None
 
     def bias(self, params, q_pos, k_pos):
         """``fn`` on absolute positions, in float32."""
@@ -100,7 +133,13 @@ class ScoreMod:
             bias = fn(params, q_pos, k_pos)
             return bias if heads is None else bias[jnp.asarray(np.asarray(heads))]
 
-        return dataclasses.replace(self, fn=mapped)
+        return dataclasses.replace(self, fn=mapped, form=None)
+
+    def coefficients(self, params):
+        """float32 coefficients of ``form`` (``[H]`` slopes or the ``[N, H]`` table)."""
+        if self.form.scheme == "alibi":
+            return jnp.asarray(alibi_slopes(self.form.num_heads))
+        return jnp.asarray(params, jnp.float32)
 
     def dense_bias(self, t: int, s: int):
         """The materialised ``[H, T, S]`` bias of a ``T x S`` attention."""
@@ -169,10 +208,33 @@ def alibi(num_heads: int, *, causal: bool = True, q_offset=0) -> ScoreMod:
         dist = dist if causal else jnp.abs(dist)
         return -jnp.asarray(slopes_H)[:, None, None] * dist.astype(jnp.float32)[None]
 
-    return ScoreMod(fn, (), q_offset)
+    return ScoreMod(fn, (), q_offset, KernelForm("alibi", causal, num_heads=num_heads))
 
 
 # --- T5 relative bias ------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=32)
+def _t5_thresholds(num_buckets: int, max_distance: int) -> tuple[int, ...]:
+    """The smallest distance of each logarithmic bucket ``max_exact + k`` (k >= 1).
+
+    Mesh TensorFlow's formula ``max_exact + floor(log(n / max_exact) / log(max_distance /
+    max_exact) * (num_buckets - max_exact))`` evaluated once in float64 on the integers,
+    so that every engine (XLA, a Pallas kernel) buckets with integer comparisons only and
+    agrees exactly, with no transcendental in a kernel.
+    """
+    max_exact = num_buckets // 2
+    if max_exact < 1 or max_distance <= max_exact:
+        raise ValueError(
+            f"T5 bias buckets need 1 <= num_buckets // 2 < max_distance (per direction when "
+            f"bidirectional); got num_buckets={num_buckets}, max_distance={max_distance}"
+        )
+    n = np.arange(max_exact, max_distance + 1, dtype=np.float64)
+    ratio = np.log(n / max_exact) / np.log(max_distance / max_exact)
+    large = max_exact + np.floor(ratio * (num_buckets - max_exact)).astype(np.int64)
+    return tuple(
+        int(n[np.argmax(large >= max_exact + k)]) for k in range(1, num_buckets - max_exact)
+    )
 
 
 def t5_bucket(relative_position, *, causal: bool, num_buckets: int = 32, max_distance: int = 128):
@@ -181,6 +243,7 @@ def t5_bucket(relative_position, *, causal: bool, num_buckets: int = 32, max_dis
     Bidirectional: half of the buckets for each sign. Within a half, distances below half
     of it are exact; larger ones share logarithmically wider buckets up to
     ``max_distance`` (all beyond share the last one). Causal: future keys fall in bucket 0.
+    Integer comparisons against ``_t5_thresholds`` (usable inside the Pallas kernels).
     """
     n = -relative_position
     ret = jnp.zeros_like(n)
@@ -191,13 +254,10 @@ def t5_bucket(relative_position, *, causal: bool, num_buckets: int = 32, max_dis
     else:
         n = jnp.maximum(n, 0)
     max_exact = num_buckets // 2
-    is_small = n < max_exact
-    ratio = jnp.log(jnp.maximum(n, 1).astype(jnp.float32) / max_exact) / math.log(
-        max_distance / max_exact
-    )
-    large = max_exact + (ratio * (num_buckets - max_exact)).astype(n.dtype)
-    large = jnp.minimum(large, num_buckets - 1)
-    return ret + jnp.where(is_small, n, large)
+    large = jnp.full_like(n, max_exact)
+    for threshold in _t5_thresholds(num_buckets, max_distance):
+        large = large + (n >= threshold).astype(n.dtype)
+    return ret + jnp.where(n < max_exact, n, large)
 
 
 def t5_bias(
@@ -210,7 +270,45 @@ def t5_bias(
         b = t5_bucket(rel, causal=causal, num_buckets=num_buckets, max_distance=max_distance)
         return jnp.moveaxis(table[b], -1, 0)  # [bq, bk, H] -> [H, bq, bk]
 
-    return ScoreMod(fn, table_NH, q_offset)
+    form = KernelForm("t5_bias", causal, num_buckets=num_buckets, max_distance=max_distance)
+    return ScoreMod(fn, table_NH, q_offset, form)
+
+
+# --- Inside a kernel: one head's block from positions ------------------------------------
+
+
+def kernel_bias(form: KernelForm, q_pos, k_pos, coef_at):
+    """float32 ``[bq, bk]`` bias of one head inside a kernel: ``q_pos [bq]``, ``k_pos [bk]``
+    absolute positions, ``coef_at(n)`` the head's n-th coefficient (a scalar ref load).
+    Elementwise ops and scalar loads only (Triton/Mosaic), equal to ``ScoreMod.bias``."""
+    if form.scheme == "alibi":
+        dist = q_pos[:, None] - k_pos[None, :]
+        dist = dist if form.causal else jnp.abs(dist)
+        return -coef_at(0) * dist.astype(jnp.float32)
+    bucket = _kernel_bucket(form, q_pos, k_pos)
+    out = jnp.zeros(bucket.shape, jnp.float32)
+    for n in range(form.num_buckets):  # a table lookup as selects (no gather in a kernel)
+        out = jnp.where(bucket == n, coef_at(n), out)
+    return out
+
+
+def kernel_bias_grad(form: KernelForm, q_pos, k_pos, ds_qk, width: int):
+    """float32 ``[width]`` (``width >= N``): the cotangent of one head's T5 table column,
+    ``sum of ds_qk [bq, bk]`` over the entries in each bucket."""
+    bucket = _kernel_bucket(form, q_pos, k_pos)
+    lanes = jax.lax.broadcasted_iota(jnp.int32, (width,), 0)
+    out = jnp.zeros((width,), jnp.float32)
+    for n in range(form.num_buckets):
+        total = jnp.where(bucket == n, ds_qk, 0.0).sum(axis=1).sum(axis=0)
+        out = out + jnp.where(lanes == n, total, 0.0)
+    return out
+
+
+def _kernel_bucket(form, q_pos, k_pos):
+    rel = k_pos[None, :] - q_pos[:, None]
+    return t5_bucket(
+        rel, causal=form.causal, num_buckets=form.num_buckets, max_distance=form.max_distance
+    )
 
 
 # --- Support -----------------------------------------------------------------------------
@@ -234,6 +332,6 @@ def check_supported(positional: str, attention: tuple) -> None:
         if impl not in impls:
             raise ValueError(
                 f"model.positional={positional!r} (a score bias) is not honoured by {name!r} "
-                f"implementation={impl!r} (cuDNN, splash and the Pallas kernels take no bias); "
+                f"implementation={impl!r} (cuDNN and splash attention take no bias); "
                 f"use model.attention_options.{name}.implementation in {impls}"
             )

@@ -242,6 +242,8 @@ def info(cfg) -> DataInfo:
         )
     if cfg.get("objective") == "span_corruption":  # T5: seq2seq batches, sentinels appended
         return objectives.span_info(cfg)
+    if cfg.get("objective") == "lm":  # a causal LM over the example texts (packing.make)
+        return dataclasses.replace(info(objectives.base_data(cfg)), task="lm", num_classes=None)
     name = cfg.name
     if name in SEQ2SEQ_DATASETS:
         return DataInfo(**seq2seq.info_fields(cfg))
@@ -415,6 +417,8 @@ def make(cfg, *, split: str, process_index: int = 0, process_count: int = 1, tra
         return objectives.make_mlm(cfg, split, process_index, process_count, train)
     if cfg.get("objective") == "span_corruption":
         return objectives.make_spans(cfg, split, process_index, process_count, train)
+    if cfg.get("packing") or cfg.get("objective") == "lm":  # seqjax.data.packing
+        return packing.make(cfg, split, process_index, process_count, train)
     if split not in SPLITS:
         raise ValueError(f"split={split!r} is invalid; valid: {', '.join(SPLITS)}.")
     if not 0 <= process_index < process_count:

@@ -125,6 +125,12 @@ class SeqjaxImdbBytes(_ClassificationBuilder):
     ABOUT = "aclImdb v1 reviews as raw UTF-8 bytes; label 0 = neg, 1 = pos; 25k train / 25k test."
     LABEL_NAMES = ("neg", "pos")
     MANUAL_DOWNLOAD_INSTRUCTIONS = "Put aclImdb_v1.tar.gz in config.data.manual_dir."
+    VERSION = tfds.core.Version("1.1.0")
+    RELEASE_NOTES = {
+        "1.0.0": "First seqjax release (reviews sorted by member name: all neg, then all pos).",
+        "1.1.0": "Reviews in a fixed pseudo-random order (sha256 of the member name), so any "
+        "prefix of an evaluation pass is a fair sample of both labels.",
+    }
 
     def _split_generators(self, dl_manager):
         path = sources.find_source(
@@ -152,7 +158,10 @@ class SeqjaxImdbBytes(_ClassificationBuilder):
                     f"seqjax.data 'imdb_bytes': {path} has no aclImdb/{split}/{{pos,neg}}/*.txt "
                     "reviews; it is not the aclImdb v1 tarball."
                 )
-            examples.sort()  # by member name: the order does not depend on the tarball's
+            # A fixed shuffle, independent of the tarball's member order: by sha256 of the
+            # member name. Sorting by name would put every 'neg' review before every 'pos'
+            # one, so a partial evaluation (eval.max_batches) would read one label only.
+            examples.sort(key=lambda ex: (hashlib.sha256(ex[0].encode()).digest(), ex[0]))
         self.info.metadata.update(fingerprint=digest, known_sha256=sources.known_sha256(path))
         return {
             k: self._generate_examples([(text, label) for _, text, label in v])

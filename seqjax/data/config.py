@@ -40,6 +40,8 @@ TRANSLATION_DATASETS = ("translation_jsonl", "wmt14_ende")
 SEQ2SEQ_DATASETS = (*TRANSLATION_DATASETS, "copy", "reverse")
 # Images (seqjax.data.images): pixel-sequence classification or generation (data.image_task).
 IMAGE_DATASETS = ("fashion_mnist", "cifar10")
+IMAGE_DATASETS = IMAGE_DATASETS + ("imagenet64",)  # downsampled ImageNet 64x64 (imagenet64.py)
+DATASETS = DATASETS + ("imagenet64",)
 VOCABS = ("bytes", "chars", "sentencepiece")
 VOCABS = VOCABS + ("words",)  # Transformer-XL's word vocabulary (seqjax/data/words.py)
 # Corpora with text to split into words (vocab='words').
@@ -168,7 +170,17 @@ def default_config() -> ml_collections.ConfigDict:
     c.objective = ""
     # objective='mlm': share of the real tokens chosen (80% [MASK] / 10% random / 10% unchanged).
     c.mlm_probability = 0.15
+    # objective='mlm': whole-word masking (BERT's WWM): the choice and the 80/10/10 decision
+    # are made per word (sentencepiece: a '▁' piece and its continuations; bytes/chars: runs
+    # of non-space characters), so every piece of a chosen word is masked together.
+    c.mlm_whole_word = False
     # Pack several examples into each row (`seqjax.data.packing`: segment_ids, positions
-    # restarting per example, efficiency logged); objective='mlm' on imdb_bytes/listops.
+    # restarting per example, efficiency logged): imdb_bytes/listops (classification, or
+    # objective 'mlm' / 'lm') and the seq2seq sets; LM corpora are dense streams already.
     c.packing = False
+    # packing: every example starts at a multiple of this many slots (mechanisms with blocks at
+    # absolute positions, e.g. local block_len, need a multiple of their period; 1 = none).
+    c.packing_align = 1
+    # packing a classification set: examples (labels) per row at most (targets [B, K]).
+    c.max_examples_per_row = 8
     return c

@@ -14,6 +14,16 @@ Text ``imdb_bytes``: 257 (0 pad, byte + 1); ListOps: its 16 symbols). Random rep
 drawn from the data's ordinary ids ``[low, V)`` (``low``: 1 past the pad id 0 of padded
 data, 4 past SentencePiece's pad/unk/BOS/EOS), never ``[MASK]`` or padding.
 
+Whole-word masking (``config.data.mlm_whole_word``; BERT's released "whole word masking"
+models, Devlin et al. 2019, README of google-research/bert; Cui et al. 2019): the choice is
+drawn once per *word* and all of a chosen word's pieces are chosen together, with one 80/10/10
+decision per word (the random replacements are drawn per piece). A word is, for SentencePiece,
+a piece starting with '▁' (or after a whitespace piece) plus the continuation pieces; for
+bytes and chars (imdb_bytes, text corpora), a run of non-whitespace characters, every
+whitespace character being a word of its own. A window's or an example's first token always
+starts a word. ListOps and the word vocabulary (``vocab='words'``), whose tokens are whole
+words already, refuse it.
+
 Every choice is a counter-based hash of ``(data.seed, global row, position)``
 (``pipeline.hash_u64``), like every other batch: the same seed gives the same masks, and a
 resumed run's grain iterator state restores the exact next masked batch. Evaluation masks
@@ -32,8 +42,10 @@ import numpy as np
 from seqjax.data import packing, pipeline, subword
 
 OBJECTIVES = ("", "mlm", "span_corruption")
+OBJECTIVES += ("lm",)  # causal LM over the example texts of imdb_bytes/listops (packing.py)
 # The task (seqjax.tasks) whose batches each objective makes.
-TASK_OF = {"mlm": "mlm", "span_corruption": "seq2seq"}
+TASK_OF = {"mlm": "mlm", "span_corruption": "seq2seq", "lm": "lm"}
+EXAMPLE_TEXTS = ("imdb_bytes", "listops")
 LM_CORPORA = ("pystdlib", "text_file", "enwik8", "text8")
 # Salts that keep the objectives' hash streams apart from the pipelines' own (1, 2, 3).
 _SALT_CHOOSE, _SALT_ACTION, _SALT_RANDOM = 11, 12, 13
@@ -50,6 +62,7 @@ def mask_tokens(
     low: int,
     high: int,
     probability: float = 0.15,
+    word_start_bT: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """BERT masking of ``tokens_bT`` (Devlin et al. 2019, §3.1): 80% [MASK] / 10% random /
     10% unchanged of the chosen ``probability`` share of the real positions.
@@ -60,7 +73,10 @@ def mask_tokens(
       rows_b: the global row ids of the rows (the hash keys with ``seed`` and ``stream``).
       seed, stream: hash keys (``stream`` separates training from each evaluation split).
       mask_id: the [MASK] id; low, high: random replacements are uniform in ``[low, high)``.
-      probability: the share of real tokens chosen.
+      probability: the share of real tokens (whole-word: of words) chosen.
+      word_start_bT: bool ``[b, T]``, True where a word starts (whole-word masking; None:
+        every token is its own word). A token takes its choice and its 80/10/10 decision
+        from the hash of its word's first position.
 
     Returns:
       ``{'inputs': int32 [b, T], 'targets': int32 [b, T] (the original tokens),
@@ -68,10 +84,16 @@ def mask_tokens(
     """
     pos_T = np.arange(tokens_bT.shape[1], dtype=np.int64)
     keys = (seed, stream, rows_b[:, None], pos_T[None, :])
+    word_keys = keys
+    if word_start_bT is not None:  # every position keyed by its word's first position
+        start_bT = np.asarray(word_start_bT, bool).copy()
+        start_bT[:, 0] = True
+        anchor_bT = np.maximum.accumulate(np.where(start_bT, pos_T[None, :], 0), axis=1)
+        word_keys = (seed, stream, rows_b[:, None], anchor_bT)
     unit = 1.0 / float(2**53)
 
-    def uniform(salt):  # [b, T] floats in [0, 1) from the top 53 bits of the hash
-        return (pipeline.hash_u64(salt, *keys) >> np.uint64(11)).astype(np.float64) * unit
+    def uniform(salt, k=word_keys):  # [b, T] floats in [0, 1) from the top 53 bits
+        return (pipeline.hash_u64(salt, *k) >> np.uint64(11)).astype(np.float64) * unit
 
     chosen = (uniform(_SALT_CHOOSE) < probability) & real_bT
     action = uniform(_SALT_ACTION)
@@ -99,10 +121,24 @@ class MaskedLM:
     """
 
     def __init__(self, base, *, real: str, seed: int, stream: int, mask_id: int, low: int,
-                 probability: float, num_tokens: int = 0):  # fmt: skip
+                 probability: float, num_tokens: int = 0, words=None):  # fmt: skip
         self.base, self.real, self.seed, self.stream = base, real, seed, stream
         self.mask_id, self.low, self.probability = mask_id, low, probability
         self.num_tokens = num_tokens
+        self.words = words  # whole-word masking: (starts_V, space_V) of ``word_tables``
+
+    def word_starts(self, tokens_bT, batch) -> np.ndarray | None:
+        """bool ``[b, T]``: where a word starts (None without whole-word masking)."""
+        if self.words is None:
+            return None
+        starts_V, space_V = self.words
+        ids_bT = np.clip(tokens_bT, 0, len(starts_V) - 1)
+        space_bT = space_V[ids_bT]
+        start_bT = starts_V[ids_bT] | space_bT
+        start_bT[:, 1:] |= space_bT[:, :-1]
+        if "positions" in batch:  # packed rows: every example starts a word
+            start_bT |= batch["positions"] == 0
+        return start_bT
 
     def __call__(self, step: int) -> dict[str, np.ndarray]:
         batch = self.base(step)
@@ -122,6 +158,7 @@ class MaskedLM:
         out = mask_tokens(
             tokens_bT, real_bT, rows_b, seed=self.seed, stream=self.stream,
             mask_id=self.mask_id, low=self.low, high=self.mask_id, probability=self.probability,
+            word_start_bT=self.word_starts(tokens_bT, batch),
         )  # fmt: skip
         if self.real == "segments":
             out.update(segment_ids=batch["segment_ids"], positions=batch["positions"])
@@ -133,16 +170,30 @@ def mlm_problems(cfg) -> list[tuple[str, object, str]]:
     problems = []
     objective = cfg.get("objective") or ""
     if objective not in OBJECTIVES:
-        problems.append(("objective", objective,
-                         "'' (the data set's own task), 'mlm' or 'span_corruption'"))  # fmt: skip
+        problems.append(("objective", objective, "'' (the data set's own task), 'mlm', "
+                         "'span_corruption' or 'lm'"))  # fmt: skip
+    if objective == "lm" and cfg.get("name") not in EXAMPLE_TEXTS:
+        problems.append(("objective", objective, "'' for this data set (an LM corpus is the "
+                         "LM task already); 'lm' reads the example texts of imdb_bytes or "
+                         "listops, one document per example"))  # fmt: skip
     if objective == "mlm":
         p = cfg.get("mlm_probability")
         if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0 < p < 1:
             problems.append(("mlm_probability", p, "a number 0 < p < 1 (BERT: 0.15)"))
+        ww = cfg.get("mlm_whole_word", False)
+        if not isinstance(ww, bool):
+            problems.append(("mlm_whole_word", ww, "True or False"))
+        elif ww and (cfg.get("name") == "listops" or cfg.get("vocab") == "words"):
+            problems.append(("mlm_whole_word", ww, "False for listops and vocab='words' (their "
+                             "tokens are whole words already; whole-word masking is for "
+                             "sentencepiece pieces, bytes and chars)"))  # fmt: skip
         if cfg.get("name") in ("duplication", "translation_jsonl", "wmt14_ende", "copy", "reverse"):
             problems.append(("objective", objective,
                              "'' for this data set; 'mlm' needs a text data set (pystdlib, "
                              "text_file, enwik8, text8, imdb_bytes, listops)"))  # fmt: skip
+    if objective != "mlm" and cfg.get("mlm_whole_word", False) not in (False, None):
+        problems.append(("mlm_whole_word", cfg.get("mlm_whole_word"), "False unless "
+                         "objective='mlm'"))  # fmt: skip
     if objective and cfg.get("lm_batching") == "stream":
         problems.append(("lm_batching", "stream", f"'random' with objective={objective!r}"))
     if objective == "span_corruption":
@@ -179,7 +230,29 @@ def wrap_mlm(maker, cfg, info, *, split: str, train: bool, kind: str, num_tokens
         low=mlm_low(info),
         probability=float(cfg.mlm_probability),
         num_tokens=num_tokens,
+        words=word_tables(info) if cfg.get("mlm_whole_word") else None,
     )
+
+
+def word_tables(info) -> tuple[np.ndarray, np.ndarray]:
+    """``(starts_V, space_V)`` bool over the data's ids ``[0, mask_id)``: ids that start a
+    word (SentencePiece pieces beginning with '▁', control and unknown pieces) and ids that
+    are whitespace (a word of their own, after which a word starts: bytes and chars, where a
+    word is a run of non-whitespace ids, and SentencePiece's whitespace pieces)."""
+    V = int(info.mask_id)
+    if info.vocab_file:
+        import sentencepiece as spm
+
+        sp = spm.SentencePieceProcessor(model_file=info.vocab_file)
+        pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+        starts = np.array([p.startswith("\u2581") for p in pieces], bool)
+        starts |= np.array([sp.is_control(i) or sp.is_unknown(i) for i in range(len(pieces))])
+        # whitespace pieces ('\n', '▁▁'; no dummy prefix): a word each, the next starts one
+        space = np.array([p.replace("\u2581", " ").isspace() for p in pieces], bool)
+        pad = max(V - len(pieces), 0)
+        return np.pad(starts, (0, pad))[:V], np.pad(space, (0, pad))[:V]
+    space = np.array([info.decode(np.array([i], np.int32)).isspace() for i in range(V)], bool)
+    return np.zeros(V, bool), space
 
 
 def mlm_low(info) -> int:
@@ -305,6 +378,8 @@ def base_data(cfg):
     base = cfg.copy_and_resolve_references()
     with base.unlocked():
         base.objective, base.packing = "", False
+        if "mlm_whole_word" in base:
+            base.mlm_whole_word = False
         if cfg.get("objective") == "span_corruption":  # windows of the raw (uncorrupted) length
             base.seq_len = raw_length(int(cfg.max_source_len))
     return base
@@ -328,20 +403,29 @@ def make_mlm(cfg, split: str, process_index: int, process_count: int, train: boo
     maker, num_steps = base.maker, base.num_steps
     kind = "classification" if cfg.name in api.CLASSIFICATION_DATASETS else "lm"
     n = len(maker.tokens()) if isinstance(maker, pipeline.LMEvalWindows) else 0
+    eff = None
     if cfg.get("packing"):
         layout = (maker.global_batch, process_index, process_count)
-        maker = packing.PackedExamples(maker.source, maker.size, maker.max_len, maker.offset,
-                                       maker.seed, *layout)  # fmt: skip
-        packing.log_efficiency(maker, split)
+        ex = packing.TextExamples(maker.source, maker.size, maker.max_len, maker.offset)
+        maker = packing.PackedRows(ex, (maker.max_len,), maker.seed, *layout,
+                                   align=int(cfg.get("packing_align", 1)))  # fmt: skip
+        eff = packing.log_efficiency(maker, split)
         num_steps = None if train else math.ceil(maker.num_rows() / maker.global_batch)
         kind = "packed"
     wrapped = wrap_mlm(maker, cfg, api.info(cfg), split=split, train=train, kind=kind,
                        num_tokens=n)  # fmt: skip
     spec = {**base.spec, "objective": "mlm", "mlm_probability": float(cfg.mlm_probability),
             "packing": bool(cfg.get("packing"))}  # fmt: skip
-    return pipeline.DataIterator(
+    if cfg.get("mlm_whole_word"):
+        spec["mlm_whole_word"] = True
+    if cfg.get("packing") and int(cfg.get("packing_align", 1)) != 1:
+        spec["packing_align"] = int(cfg.packing_align)
+    it = pipeline.DataIterator(
         wrapped, num_steps, spec, num_workers=int(cfg.num_workers), prefetch=int(cfg.prefetch)
     )
+    if eff is not None:
+        it.packing_efficiency = eff
+    return it
 
 
 def span_info(cfg):

@@ -1,24 +1,46 @@
 """Sequence packing (``config.data.packing=True``): several examples in one row.
 
-Rows of ``T = data.max_len`` slots are filled with whole examples (each cut to ``T`` tokens)
-in the epoch's order by next-fit: an example that does not fit in the current row starts
-the next one (Raffel et al. 2020, T5 §3.1 / Krell et al. 2021 "Efficient sequence packing"
-pack the same way; next-fit keeps the data order, so the rows are a function of the seed
-and the global row number like every other batch). Each row carries
+Rows of ``T`` slots are filled with whole examples (each cut to fit a row) in the epoch's
+order by next-fit: an example that does not fit in the current row starts the next one
+(Raffel et al. 2020, T5 §3.1 / Krell et al. 2021 "Efficient sequence packing" pack the same
+way; next-fit keeps the data order, so the rows are a function of the seed and the global
+row number like every other batch). Each row carries
 
 * ``segment_ids`` int32 ``[B, T]``: 1, 2, ... for its examples, 0 on the padding slots;
   attention lets a query see only keys of its own segment (``seqjax.attention.masks``), so
   an example's outputs equal those of the example alone in a padded row;
 * ``positions`` int32 ``[B, T]``: positions restarting at 0 at every example;
 
-and the packing efficiency (real tokens / slots) is logged when the iterator is made.
+and the packing efficiency (real tokens / slots) is logged when the iterator is made and
+kept as the iterator's ``packing_efficiency`` (the training loop writes it to result.json).
+
+What a row holds per task (``PackedRows``; the tasks read these fields):
+
+* masked LM (``objective='mlm'`` on imdb_bytes/listops): ``inputs``, ``weights [B, T]``;
+* LM on example texts (``objective='lm'`` on imdb_bytes/listops: one document per example):
+  ``inputs``, ``targets`` (the document shifted by one within its segment), ``weights [B, T]``
+  (1 on real targets) — no prediction crosses a document boundary;
+* classification (imdb_bytes, listops): ``inputs`` and one label per example: ``targets``
+  int32 ``[B, K]`` and ``weights`` float32 ``[B, K]`` (1 for the row's real examples), with
+  ``K = data.max_examples_per_row`` (rows are closed after K examples);
+* sequence-to-sequence (translation_jsonl, wmt14_ende, copy, reverse): sources and targets
+  packed in parallel (pair k is segment k on both sides; a pair fits when its source fits
+  the source row and its target the target row): ``inputs [B, S]``, ``targets``/``weights
+  [B, T]``, ``segment_ids``/``positions [B, S]`` and ``target_segment_ids``/
+  ``target_positions [B, T]``.
+
+``data.packing_align`` (default 1) starts every example at a multiple of it: mechanisms whose
+pattern depends on absolute positions (LRA ``local`` blocks, ``sparse_fixed`` and flex
+``fixed`` blocks of ``stride``) equal their unpacked selves when the alignment is a multiple
+of that period (``alignment``); translation-invariant ones (dense in every implementation,
+causal, sparse_strided, flex sliding_window/dilated/strided) need none.
 
 Mechanisms whose outputs mix positions across a row cannot honour segments and refuse
-packing: Linformer (its E K, F V projections mix every position of the row; Wang et al.
-2020 §4) and Transformer-XL's memory (it carries one example's states into the next
-segment); see ``refusal``.
+packing (``NO_SEGMENTS``; ``refusal``). LM corpora (pystdlib, text_file, enwik8, text8,
+wikitext, duplication) are one dense token stream already: packing is refused there.
 
-Legend: B global batch, b per-process batch, T row length (slots), N examples in a split.
+Legend: B global batch, b per-process batch, T row length (slots), S source row length,
+K examples per row at most, N examples in a split.
 """
 
 from __future__ import annotations
@@ -35,7 +57,18 @@ NO_SEGMENTS = {
     "linformer": "its projections E K, F V mix every position of a row, so packed examples "
     "would attend to each other",
     "relative": "Transformer-XL's memory carries the previous segment's states into the next",
+    "linear": "its running sums over the row would mix the examples",
+    "performer": "its running sums over the row would mix the examples",
+    "lsh": "its hash buckets are sorted and chunked over the whole row, so the other examples "
+    "change which keys a query sees",
 }
+# Data sets packing serves, by objective ('' = the data set's own task).
+PACKABLE = {
+    "": ("imdb_bytes", "listops", "translation_jsonl", "wmt14_ende", "copy", "reverse"),
+    "mlm": ("imdb_bytes", "listops"),
+    "lm": ("imdb_bytes", "listops"),
+}
+SEQ2SEQ = ("translation_jsonl", "wmt14_ende", "copy", "reverse")
 
 
 def refusal(config) -> str | None:
@@ -48,10 +81,68 @@ def refusal(config) -> str | None:
         return (f"False with model.kind={kind!r} (the recurrent memory crosses example "
                 "boundaries)")  # fmt: skip
     names = [n.strip() for n in str(config.model.attention).split(",") if n.strip()]
+    if config.data.get("name") in SEQ2SEQ:  # the decoder's self-attention too
+        names += [n.strip() for n in str(config.model.get("decoder_attention") or "").split(",")]
     for name in names:
         if name in NO_SEGMENTS:
             return f"False with model.attention={name!r} ({NO_SEGMENTS[name]})"
+        if name == "flex":
+            opts = _options(config, name)
+            if opts.get("pattern") in (None, "bigbird", "global_tokens"):
+                what = opts.get("pattern") or "a mask_fn/block_mask"
+                return (f"False with flex {what!r} (its pattern is tied to absolute positions "
+                        "of the row, so a packed example would see another pattern)")  # fmt: skip
     return None
+
+
+def _options(config, name: str) -> dict:
+    opts = (config.model.get("attention_options") or {}).get(name) or {}
+    return dict(opts.to_dict() if hasattr(opts, "to_dict") else opts)
+
+
+def alignment(config) -> int:
+    """The period packed examples must start at a multiple of for the model's mechanisms to
+    see each example as if alone (1: translation-invariant mechanisms)."""
+    from seqjax.attention import local, sparse
+
+    period = 1
+    names = [n.strip() for n in str(config.model.attention).split(",") if n.strip()]
+    if config.data.get("name") in SEQ2SEQ:  # the decoder's self-attention too
+        names += [n.strip() for n in str(config.model.get("decoder_attention") or "").split(",")]
+    for name in names:
+        opts = _options(config, name)
+        if name == "local":
+            p = int(opts.get("block_len", local.DEFAULT_BLOCK_LEN))
+        elif name == "sparse_fixed":
+            p = int(opts.get("stride") or sparse.auto_stride(_row_len(config)))
+        elif name == "flex" and opts.get("pattern") == "fixed":
+            p = int(opts.get("stride", 1))
+        else:
+            p = 1
+        period = int(np.lcm(period, max(p, 1)))
+    return period
+
+
+def _row_len(config) -> int:
+    from seqjax import tasks
+
+    task = tasks.registry.for_data_config(config.data)
+    return int(task.input_length(config)) if task else int(config.data.seq_len)
+
+
+def model_problems(config, bad) -> None:
+    """``bad(field, value, valid)`` for a packed config the model cannot serve exactly."""
+    if not config.data.get("packing"):
+        return
+    refused = refusal(config)
+    if refused:
+        bad("data.packing", True, refused)
+        return
+    need, align = alignment(config), config.data.get("packing_align", 1)
+    if isinstance(align, int) and align % need:
+        bad("data.packing_align", align, f"a multiple of {need} with model.attention="
+            f"{config.model.attention!r} (its blocks start at multiples of {need}; packed "
+            "examples must too to see the pattern they see alone)")  # fmt: skip
 
 
 def problems(cfg) -> list[tuple[str, object, str]]:
@@ -61,56 +152,159 @@ def problems(cfg) -> list[tuple[str, object, str]]:
         return []
     if packing is not True:
         return [("packing", packing, "True or False")]
-    if cfg.get("objective") != "mlm" or cfg.get("name") not in ("imdb_bytes", "listops"):
-        why = "packing of examples; LM corpora are already one dense stream"
-        return [("packing", packing, f"False, or True with objective='mlm' on imdb_bytes or "
-                 f"listops ({why})")]  # fmt: skip
-    return []
+    objective = cfg.get("objective") or ""
+    if cfg.get("name") not in PACKABLE.get(objective, ()):
+        why = ("LM corpora are one dense token stream already, with no example boundaries "
+               "to keep")  # fmt: skip
+        ok = "; ".join(f"objective={o!r} on {', '.join(n)}" for o, n in PACKABLE.items())
+        return [("packing", packing, f"False here ({why}), or True with {ok}")]
+    out = []
+    align = cfg.get("packing_align", 1)
+    if isinstance(align, bool) or not isinstance(align, int) or align < 1:
+        out.append(("packing_align", align, "a positive integer (1: no alignment)"))
+    k = cfg.get("max_examples_per_row", 8)
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        out.append(("max_examples_per_row", k, "a positive integer (the labels per row)"))
+    return out
 
 
-def next_fit(lengths: np.ndarray, max_len: int) -> list[np.ndarray]:
-    """Indices into ``lengths`` grouped into rows of at most ``max_len`` tokens, in order."""
-    rows, current, used = [], [], 0
-    for i, n in enumerate(np.minimum(lengths, max_len).tolist()):
-        if current and used + n > max_len:
+def next_fit(lengths, max_len, *, align: int = 1, max_segments: int = 0) -> list[np.ndarray]:
+    """Indices into ``lengths`` (``[N]`` or ``[N, sides]``; ``max_len`` an int or one per
+    side) grouped into rows, in order: every example starts at a multiple of ``align`` on
+    every side, and a row holds at most ``max_segments`` examples (0: no limit)."""
+    lengths = np.asarray(lengths, np.int64).reshape(len(lengths), -1)
+    cap = np.broadcast_to(np.asarray(max_len, np.int64), lengths.shape[1:])
+    rows, current, used = [], [], np.zeros_like(cap)
+    for i, n in enumerate(np.minimum(lengths, cap)):
+        start = -(-used // align) * align
+        if current and ((start + n > cap).any() or len(current) == max_segments):
             rows.append(np.asarray(current, np.int64))
-            current, used = [], 0
+            current, start = [], np.zeros_like(cap)
         current.append(i)
-        used += n
+        used = start + n
     if current:
         rows.append(np.asarray(current, np.int64))
     return rows
 
 
-class PackedExamples(pipeline._Maker):
-    """Packed rows of a TFDS text source (``pipeline.Classification``'s examples).
+# --------------------------------------------------------------------------- the examples
 
-    Training: epoch e packs the examples in the order of the same seeded permutation
-    ``pipeline.Classification`` uses; global row g is row ``g - start_e`` of the epoch whose
-    rows contain it. Evaluation packs the split once in order and pads the last batch with
-    empty rows. Yields ``inputs``, ``segment_ids``, ``positions`` int32 ``[b, T]`` and
-    ``weights`` float32 ``[b, T]`` (1 on real tokens).
-    """
 
-    def __init__(self, source, size: int, max_len: int, offset: int, seed, *args):
-        super().__init__(*args)
-        self.source, self.size, self.max_len = source, size, max_len
-        self.offset, self.seed = offset, seed  # seed None: evaluation order
+class TextExamples:
+    """Examples of a TFDS text source (``pipeline.Classification``'s): ``tokens`` + offset
+    and ``label``. ``mode``: 'tokens' (inputs), 'lm' (a document of up to T + 1 tokens:
+    inputs = all but the last, targets = all but the first) or 'classification'."""
+
+    def __init__(self, source, size: int, max_len: int, offset: int, mode: str = "tokens"):
+        self.source, self.size, self.max_len, self.offset = source, size, max_len, offset
+        self.mode = mode
         self._lengths = None
-        self._plans: dict[int, list[np.ndarray]] = {}
-        self._starts = [0]  # first global row of epochs 0, 1, ... (grows as needed)
 
-    def lengths(self) -> np.ndarray:
-        """Tokens of every example (read once per process)."""
+    def lengths(self, ids) -> np.ndarray:
+        """Slots ``[n, 1]`` of examples ``ids`` (the split's lengths are read once)."""
         if self._lengths is None:
             src = self.source()
             examples = src.__getitems__(list(range(self.size)))
-            self._lengths = np.array([len(ex["tokens"]) for ex in examples], np.int64)
-        return self._lengths
+            n = np.array([len(ex["tokens"]) for ex in examples], np.int64)
+            self._lengths = np.maximum(n - (self.mode == "lm"), 0)
+        return np.minimum(self._lengths[np.asarray(ids, np.int64)], self.max_len)[:, None]
+
+    def get(self, ids) -> list[tuple[tuple[dict, ...], int]]:
+        out = []
+        for ex in self.source().__getitems__([int(i) for i in ids]):
+            extra = self.mode == "lm"
+            t = np.asarray(ex["tokens"][: self.max_len + extra], np.int32) + self.offset
+            fields = {"inputs": t[:-1], "targets": t[1:]} if extra else {"inputs": t}
+            out.append(((fields,), int(ex["label"])))
+        return out
+
+
+class PairExamples:
+    """Source/target pairs of a translation split (``seq2seq._Encoded``; training reads the
+    kept pairs): ids cut to S-1 (T-1) + EOS, as ``seq2seq.Translation``."""
+
+    def __init__(self, data, size: int, S: int, T: int):
+        self.data, self.size, self.S, self.T = data, size, S, T
+
+    def _index(self, ids):
+        index = self.data()[2]
+        ids = np.asarray(ids, np.int64)
+        return ids if index is None else index[ids]
+
+    def lengths(self, ids) -> np.ndarray:
+        src, tgt, _ = self.data()
+        j = self._index(ids)
+        return np.stack([np.minimum(src.lengths[j] + 1, self.S),
+                         np.minimum(tgt.lengths[j] + 1, self.T)], axis=1)  # fmt: skip
+
+    def get(self, ids):
+        from seqjax.data import seq2seq
+
+        src, tgt, _ = self.data()
+        return [(({"inputs": seq2seq._row(src.row(j), self.S)},
+                  {"targets": seq2seq._row(tgt.row(j), self.T)}), None)
+                for j in self._index(ids).tolist()]  # fmt: skip
+
+
+class SyntheticExamples:
+    """copy/reverse pairs (``seq2seq.Synthetic``): example i is the pair that maker makes
+    for row i, source and target without their padding."""
+
+    def __init__(self, maker, size: int):
+        self.maker, self.size = maker, size
+
+    def _pairs(self, ids):
+        import copy
+
+        m = copy.copy(self.maker)
+        m.size = None
+        m.rows = lambda step: np.asarray(ids, np.int64)
+        return m(0)
+
+    def lengths(self, ids) -> np.ndarray:
+        b = self._pairs(ids)
+        return np.stack([(b["inputs"] > 0).sum(1), (b["targets"] > 0).sum(1)], axis=1)
+
+    def get(self, ids):
+        b = self._pairs(ids)
+        n_s, n_t = (b["inputs"] > 0).sum(1), (b["targets"] > 0).sum(1)
+        return [(({"inputs": b["inputs"][r, : n_s[r]]}, {"targets": b["targets"][r, : n_t[r]]}),
+                 None) for r in range(len(n_s))]  # fmt: skip
+
+
+# ------------------------------------------------------------------------------- the rows
+
+
+class PackedRows(pipeline._Maker):
+    """Packed rows of ``examples`` (``TextExamples``, ``PairExamples``, ...).
+
+    Training: epoch e packs the examples in the order of a seeded permutation (a synthetic
+    set with ``fresh``: examples ``e N .. e N + N - 1``, new ones every epoch); global row g is
+    row ``g - start_e`` of the epoch whose rows contain it, so a row is a function of the
+    seed and g (an exact resume restores the grain step). Evaluation packs the split once in
+    order and pads the last batch with empty rows.
+
+    Args:
+      examples: the example source; row_lens: slots per side (``(T,)`` or ``(S, T)``);
+      seed: training seed, None for evaluation; align, max_segments: as ``next_fit``;
+      labels: emit ``targets``/``weights`` ``[b, max_segments]`` per example (classification);
+      fresh: training reads new example ids every epoch (endless synthetic data).
+    """
+
+    def __init__(self, examples, row_lens, seed, *layout, align=1, max_segments=0,
+                 labels=False, fresh=False):  # fmt: skip
+        super().__init__(*layout)
+        self.examples, self.row_lens, self.seed = examples, tuple(row_lens), seed
+        self.size = examples.size
+        self.align, self.max_segments, self.labels, self.fresh = align, max_segments, labels, fresh
+        self._plans: dict[int, list[np.ndarray]] = {}
+        self._starts = [0]  # first global row of epochs 0, 1, ... (grows as needed)
 
     def _order(self, epoch: int) -> np.ndarray:
         if self.seed is None:
             return np.arange(self.size)
+        if self.fresh:
+            return epoch * self.size + np.arange(self.size)
         return np.random.default_rng([self.seed, 3, epoch]).permutation(self.size)
 
     def plan(self, epoch: int) -> list[np.ndarray]:
@@ -118,7 +312,9 @@ class PackedExamples(pipeline._Maker):
         plan = self._plans.get(epoch)
         if plan is None:
             order = self._order(epoch)
-            plan = [order[r] for r in next_fit(self.lengths()[order], self.max_len)]
+            rows = next_fit(self.examples.lengths(order), self.row_lens, align=self.align,
+                            max_segments=self.max_segments)  # fmt: skip
+            plan = [order[r] for r in rows]
             self._plans = {**dict(list(self._plans.items())[-2:]), epoch: plan}
         return plan
 
@@ -127,10 +323,9 @@ class PackedExamples(pipeline._Maker):
         return len(self.plan(0))
 
     def efficiency(self) -> float:
-        """Real tokens / slots of epoch 0's rows."""
-        return float(np.minimum(self.lengths(), self.max_len).sum()) / (
-            self.num_rows() * self.max_len
-        )
+        """Real tokens / slots of epoch 0's rows (every side)."""
+        real = self.examples.lengths(self._order(0)).sum()
+        return float(real) / (self.num_rows() * sum(self.row_lens))
 
     def _locate(self, g: int):
         """``(epoch, row)`` of global row ``g`` (training), or ``(0, g)``."""
@@ -143,34 +338,123 @@ class PackedExamples(pipeline._Maker):
 
     def __call__(self, step):
         g_b = self.rows(step)
-        T = self.max_len
         rows = []
         for g in g_b.tolist():
             e, r = self._locate(g)
             plan = self.plan(e)
             rows.append(plan[r] if r < len(plan) else np.zeros((0,), np.int64))
         ids = sorted({int(i) for row in rows for i in row})
-        examples = dict(zip(ids, self.source().__getitems__(ids))) if ids else {}
-        out = {k: np.zeros((len(g_b), T), np.int32) for k in ("inputs", "segment_ids", "positions")}
-        for b, row in enumerate(rows):
-            at = 0
+        examples = dict(zip(ids, self.examples.get(ids))) if ids else {}
+        b = len(g_b)
+        out, prefixes = {}, ("", "target_")
+        for side, n_slots in enumerate(self.row_lens):
+            p = prefixes[side]
+            for k in ("segment_ids", "positions"):
+                out[p + k] = np.zeros((b, n_slots), np.int32)
+        if self.labels:
+            out["targets"] = np.zeros((b, self.max_segments), np.int32)
+            out["label_weights"] = np.zeros((b, self.max_segments), np.float32)
+        for r, row in enumerate(rows):
+            at = [0] * len(self.row_lens)
             for s, i in enumerate(row.tolist()):
-                t = np.asarray(examples[i]["tokens"][:T], np.int32) + self.offset
-                n = len(t)
-                out["inputs"][b, at : at + n] = t
-                out["segment_ids"][b, at : at + n] = s + 1
-                out["positions"][b, at : at + n] = np.arange(n)
-                at += n
-        out["weights"] = (out["segment_ids"] > 0).astype(np.float32)
+                sides, label = examples[i]
+                for side, fields in enumerate(sides):
+                    p, start = prefixes[side], -(-at[side] // self.align) * self.align
+                    for name, x in fields.items():
+                        x = x[: self.row_lens[side] - start]
+                        out.setdefault(name, np.zeros((b, self.row_lens[side]), np.int32))
+                        out[name][r, start : start + len(x)] = x
+                    n = len(x)
+                    out[p + "segment_ids"][r, start : start + n] = s + 1
+                    out[p + "positions"][r, start : start + n] = np.arange(n)
+                    at[side] = start + n
+                if self.labels:
+                    out["targets"][r, s] = label
+                    out["label_weights"][r, s] = 1.0
+        if self.labels:
+            out["weights"] = out.pop("label_weights")
+        else:  # 1 on real tokens of the last side (the targets' side of seq2seq)
+            out["weights"] = out[prefixes[len(self.row_lens) - 1] + "segment_ids"] > 0
+            out["weights"] = out["weights"].astype(np.float32)
         return out
 
 
-def log_efficiency(maker: PackedExamples, split: str) -> float:
+def PackedExamples(source, size: int, max_len: int, offset: int, seed, *layout):  # noqa: N802
+    """Packed rows of a TFDS text source's tokens (the masked LM's base rows): ``inputs``,
+    ``segment_ids``, ``positions`` int32 and ``weights`` float32 ``[b, T]``."""
+    return PackedRows(TextExamples(source, size, max_len, offset), (max_len,), seed, *layout)
+
+
+def log_efficiency(maker: PackedRows, split: str) -> float:
+    """Logs (and returns) the packing efficiency: real tokens / slots."""
     eff = maker.efficiency()
-    unpacked = float(np.minimum(maker.lengths(), maker.max_len).sum()) / (
-        maker.size * maker.max_len
-    )
-    logging.info("packing %s: %d examples in %d rows of %d slots: efficiency %.3f (real tokens / "
-                 "slots; padded one per row: %.3f)", split, maker.size, maker.num_rows(),
-                 maker.max_len, eff, unpacked)  # fmt: skip
+    real = float(maker.examples.lengths(maker._order(0)).sum())
+    unpacked = real / (maker.size * sum(maker.row_lens))
+    logging.info("packing %s: %d examples in %d rows of %s slots: efficiency %.3f (real tokens "
+                 "/ slots; one example per padded row: %.3f)", split, maker.size,
+                 maker.num_rows(), "+".join(map(str, maker.row_lens)), eff, unpacked)  # fmt: skip
     return eff
+
+
+def iterator(maker: PackedRows, cfg, split: str, train: bool, spec: dict):
+    """The ``DataIterator`` of packed rows (its ``packing_efficiency`` attribute set)."""
+    import math
+
+    eff = log_efficiency(maker, split)
+    num_steps = None if train else math.ceil(maker.num_rows() / maker.global_batch)
+    spec = {**spec, "packing": True, "packing_align": maker.align,
+            "max_examples_per_row": maker.max_segments}  # fmt: skip
+    it = pipeline.DataIterator(maker, num_steps, spec, num_workers=int(cfg.num_workers),
+                               prefetch=int(cfg.prefetch))  # fmt: skip
+    it.packing_efficiency = eff
+    return it
+
+
+def make(cfg, split: str, process_index: int, process_count: int, train: bool):
+    """The packed iterator of ``config.data`` (``api.make`` with ``data.packing``), and the
+    one-document-per-row LM of example texts (``objective='lm'`` without packing)."""
+    from seqjax.data import api, objectives, seq2seq
+
+    base_cfg = objectives.base_data(cfg)
+    with base_cfg.unlocked():
+        base_cfg.num_workers, base_cfg.prefetch = 0, 0  # only its maker is used
+    base = api.make(base_cfg, split=split, process_index=process_index,
+                    process_count=process_count, train=train)  # fmt: skip
+    base.close()
+    m, objective = base.maker, cfg.get("objective") or ""
+    layout = (m.global_batch, process_index, process_count)
+    align, k = int(cfg.get("packing_align", 1)), int(cfg.get("max_examples_per_row", 8))
+    spec = {**base.spec, "objective": objective}
+    if isinstance(m, seq2seq.Synthetic):
+        size = int(cfg.dup_eval_size) if not train else 4096  # training: fresh every epoch
+        maker = PackedRows(SyntheticExamples(m, size), (m.S, m.T), m.seed if train else None,
+                           *layout, align=align, fresh=train)  # fmt: skip
+    elif isinstance(m, seq2seq.Translation):
+        maker = PackedRows(PairExamples(m.data, m.size, m.S, m.T), (m.S, m.T), m.seed,
+                           *layout, align=align)  # fmt: skip
+    else:  # pipeline.Classification: imdb_bytes, listops texts
+        mode = "lm" if objective == "lm" else "classification"
+        ex = TextExamples(m.source, m.size, m.max_len, m.offset, mode)
+        if not cfg.get("packing"):  # objective='lm', one document per row
+            maker = _Unpacked(PackedRows(ex, (m.max_len,), m.seed, *layout, max_segments=1))
+            return pipeline.DataIterator(maker, base.num_steps, spec,
+                                         num_workers=int(cfg.num_workers),
+                                         prefetch=int(cfg.prefetch))  # fmt: skip
+        maker = PackedRows(ex, (m.max_len,), m.seed, *layout, align=align,
+                           max_segments=k if mode == "classification" else 0,
+                           labels=mode == "classification")  # fmt: skip
+    return iterator(maker, cfg, split, train, spec)
+
+
+class _Unpacked:
+    """One example per row without the segment fields (the LM of example texts)."""
+
+    def __init__(self, packed: PackedRows):
+        self.packed = packed
+
+    def rows(self, step):
+        return self.packed.rows(step)
+
+    def __call__(self, step):
+        out = self.packed(step)
+        return {k: out[k] for k in ("inputs", "targets", "weights")}

@@ -21,6 +21,7 @@ import seqjax.data.images as images
 from seqjax.data import (
     classification,
     corpora,
+    imagenet64,
     listops,
     retrieval,
     sources,
@@ -44,6 +45,7 @@ TFDS_NAMES = {
     "wmt14_ende": "seqjax_wmt14_ende",
     "fashion_mnist": "seqjax_fashion_mnist",
     "cifar10": "seqjax_cifar10",
+    "imagenet64": "seqjax_imagenet64",
     "wikitext103": "seqjax_wikitext103",
     "wikitext2": "seqjax_wikitext2",
     "aan": "seqjax_aan",
@@ -60,6 +62,7 @@ _BUILDERS = {
     "seqjax_wmt14_ende": wmt14.SeqjaxWmt14Ende,
     "seqjax_fashion_mnist": images.SeqjaxFashionMnist,
     "seqjax_cifar10": images.SeqjaxCifar10,
+    "seqjax_imagenet64": imagenet64.SeqjaxImagenet64,
     "seqjax_wikitext103": wikitext_lib.SeqjaxWikitext103,
     "seqjax_wikitext2": wikitext_lib.SeqjaxWikitext2,
     "seqjax_aan": retrieval.SeqjaxAan,

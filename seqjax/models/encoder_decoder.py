@@ -242,7 +242,7 @@ class EncoderLayer(nn.Module):
     norm_position: str
 
     @nn.compact
-    def __call__(self, x_BSE, mask_BS, deterministic, extra):
+    def __call__(self, x_BSE, mask_BS, deterministic, extra, segment_ids=None):
         pos = self.norm_position
         h_BSE = layers.attention_sublayer(
             self.cfg,
@@ -250,6 +250,7 @@ class EncoderLayer(nn.Module):
             x_BSE,
             causal=False,
             mask_BS=mask_BS,
+            segment_ids=segment_ids,
             deterministic=deterministic,
             extra=extra,
             norm_position=pos,
@@ -272,14 +273,15 @@ class DecoderLayer(nn.Module):
     decode: bool = False
 
     @nn.compact
-    def __call__(self, x_BTE, encoded_BSE, source_mask_BS, deterministic, extra):
-        pos = self.norm_position
+    def __call__(self, x_BTE, encoded_BSE, source_mask_BS, deterministic, extra, segs=(None,) * 2):
+        pos = self.norm_position  # segs: packed (target ids, (target ids, source ids)) or None
         h_BTE = layers.attention_sublayer(
             self.cfg,
             self.layer,
             x_BTE,
             causal=True,
             decode=self.decode,
+            segment_ids=segs[0],
             deterministic=deterministic,
             extra=extra,
             norm_position=pos,
@@ -294,6 +296,7 @@ class DecoderLayer(nn.Module):
             context_BSE=encoded_BSE,
             attention=self.cross_attention,
             mask_BS=source_mask_BS,
+            segment_ids=segs[1],
             deterministic=deterministic,
             norm_position=pos,
             norm_name="ln_cross",
@@ -320,12 +323,17 @@ class Stack(nn.Module):
     decode: bool = False
 
     @nn.compact
-    def __call__(self, x_BTE, mask_BS, deterministic, encoded_BSE=None, source_mask_BS=None):
+    def __call__(
+        self, x_BTE, mask_BS, deterministic, encoded_BSE=None, source_mask_BS=None, segs=None
+    ):
         cfg = self.cfg
         view = cfg.decoder_config() if self.decoder else cfg.encoder_config()
         if self.decode:
             for name, _ in dict.fromkeys(view.attention):
                 layers.check_decodable(name, True)
+        if cfg.reversible and segs is not None:
+            raise ValueError("the reversible encoder-decoder takes no packed rows; set "
+                             "data.packing=False or model.reversible=False")  # fmt: skip
         if cfg.reversible:
             from seqjax.models import reversible  # optional module (Reformer)
 
@@ -356,10 +364,11 @@ class Stack(nn.Module):
                         self.decode,
                         name=f"layer_{i}",
                     )
-                    x_BTE = layer(x_BTE, encoded_BSE, source_mask_BS, deterministic, extra)
+                    x_BTE = layer(x_BTE, encoded_BSE, source_mask_BS, deterministic, extra,
+                                  segs or (None, None))  # fmt: skip
                 else:
                     layer = EncoderLayer(view, i, cfg.norm_position, name=f"layer_{i}")
-                    x_BTE = layer(x_BTE, mask_BS, deterministic, extra)
+                    x_BTE = layer(x_BTE, mask_BS, deterministic, extra, segs)
         if cfg.norm_position == "pre":  # post-LN layers already end with a norm
             x_BTE = layers.norm(name="ln_final")(x_BTE)
         return x_BTE
@@ -416,11 +425,14 @@ class EncoderDecoder(nn.Module):
         x_BTE = self.embed_dropout(x_BTE, deterministic=deterministic)
         return nn.with_logical_constraint(x_BTE, ("batch", "length", "embed"))
 
-    def encode(self, source_BS, deterministic: bool = True):
-        """The encoder: source tokens ``[B, S]`` (0 = padding, masked) -> ``[B, S, E]``."""
+    def encode(self, source_BS, deterministic: bool = True, packed=None):
+        """The encoder: source tokens ``[B, S]`` (0 = padding, masked) -> ``[B, S, E]``;
+        ``packed``: the batch's packed-row fields (``seqjax.data.packing``)."""
         cfg = self.cfg
         _check_length("source", source_BS, cfg.max_source_len, "model.max_source_len")
         positions_1S = jnp.arange(source_BS.shape[1])[None, :]
+        if packed is not None:  # positions restart per example; attention within it
+            positions_1S = packed["positions"]
         x_BSE = self._embed(
             self.source_embed,
             self.source_pos_embed,
@@ -429,9 +441,12 @@ class EncoderDecoder(nn.Module):
             positions_1S,
             deterministic,
         )
-        return self.encoder(x_BSE, source_BS != PAD_ID, deterministic)
+        segs = None if packed is None else packed["segment_ids"]
+        return self.encoder(x_BSE, source_BS != PAD_ID, deterministic, segs=segs)
 
-    def decode_logits(self, encoded_BSE, source_BS, decoder_inputs_BT, deterministic=True):
+    def decode_logits(
+        self, encoded_BSE, source_BS, decoder_inputs_BT, deterministic=True, packed=None
+    ):
         """The decoder: ``(encoded [B, S, E], source [B, S], decoder inputs [B, T])`` ->
         float32 logits ``[B, T, V]``; with ``decode=True`` one token (``T == 1``) per call
         at the cached position."""
@@ -443,6 +458,10 @@ class EncoderDecoder(nn.Module):
         if self.decode and self.is_mutable_collection("cache") and not self.is_initializing():
             positions_1T = positions_1T + self.target_position.value
             self.target_position.value = self.target_position.value + decoder_inputs_BT.shape[1]
+        segs = None
+        if packed is not None:  # cross-attention only to the same example's source
+            positions_1T, tgt = packed["target_positions"], packed["target_segment_ids"]
+            segs = (tgt, (tgt, packed["segment_ids"]))
         x_BTE = self._embed(
             self.target_embed,
             self.target_pos_embed,
@@ -452,16 +471,19 @@ class EncoderDecoder(nn.Module):
             deterministic,
         )
         x_BTE = self.decoder(
-            x_BTE, None, deterministic, encoded_BSE=encoded_BSE, source_mask_BS=source_BS != PAD_ID
-        )
+            x_BTE, None, deterministic, encoded_BSE=encoded_BSE,
+            source_mask_BS=source_BS != PAD_ID, segs=segs,
+        )  # fmt: skip
         x_BTE = x_BTE.astype(jnp.float32)
         logits_BTV = self.target_embed.attend(x_BTE) if cfg.tie_embeddings else self.head(x_BTE)
         return logits_BTV.astype(jnp.float32)
 
-    def __call__(self, source_BS, decoder_inputs_BT, *, deterministic: bool = True):
-        """Teacher-forced logits ``[B, T, V]`` (``decoder_inputs_BT = shift_right(targets)``)."""
-        encoded_BSE = self.encode(source_BS, deterministic)
-        return self.decode_logits(encoded_BSE, source_BS, decoder_inputs_BT, deterministic)
+    def __call__(self, source_BS, decoder_inputs_BT, *, deterministic: bool = True, packed=None):
+        """Teacher-forced logits ``[B, T, V]`` (``decoder_inputs_BT = shift_right(targets)``);
+        ``packed``: ``segment_ids``/``positions [B, S]`` and ``target_segment_ids``/
+        ``target_positions [B, T]`` of packed rows (``seqjax.data.packing``)."""
+        encoded_BSE = self.encode(source_BS, deterministic, packed)
+        return self.decode_logits(encoded_BSE, source_BS, decoder_inputs_BT, deterministic, packed)
 
     @nn.nowrap
     def init_cache(self, batch_size: int, source_len: int) -> dict:

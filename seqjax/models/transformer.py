@@ -14,6 +14,7 @@ import dataclasses
 from typing import Any
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 
 from seqjax import attention as attention_lib
@@ -87,6 +88,8 @@ class TransformerConfig:
     adaptive_cutoffs: tuple = ()
     adaptive_div_val: float = 1
     adaptive_tie_projs: bool = True
+    # BERT's masked-LM head transform before the output layer (``MLMHead``; mlm task only).
+    mlm_head_transform: bool = False
 
     def __post_init__(self):
         checks = {
@@ -205,6 +208,7 @@ class Encoder(nn.Module):
         positions_BT=None,
         deterministic=True,
         prefix_BPE=None,
+        overlay=None,
     ):
         cfg = self.cfg
         if self.decode:
@@ -214,6 +218,9 @@ class Encoder(nn.Module):
         x_BTE = embed.embed(tokens_BT) if cfg.adaptive else embed(tokens_BT)
         if prefix_BPE is not None:  # e.g. a CLS vector prepended by the classifier
             x_BTE = jnp.concatenate([prefix_BPE.astype(x_BTE.dtype), x_BTE], axis=1)
+        if overlay is not None:  # (where_BT, vec_E): a vector in place of tokens (packed CLS)
+            where_BT, vec_E = overlay
+            x_BTE = jnp.where(where_BT[..., None], vec_E.astype(x_BTE.dtype)[None, None], x_BTE)
         t = x_BTE.shape[1]
         if positions_BT is None:
             positions_BT = jnp.arange(t)[None, :]
@@ -296,6 +303,8 @@ class TransformerLM(nn.Module):
             positions_BT=positions_BT,
             deterministic=deterministic,
         )
+        if cfg.mlm_head_transform:  # BERT's masked-LM head (the mlm task)
+            return MLMHead(cfg, name="mlm_head")(x_BTE, embed)
         if cfg.adaptive:  # exact log-probabilities: a softmax of them is themselves
             logits_BTV = embed.log_probs(x_BTE)
         elif cfg.tie_embeddings:
@@ -310,17 +319,66 @@ class TransformerLM(nn.Module):
         return logits_BTV.astype(jnp.float32)
 
 
-class TransformerClassifier(nn.Module):
-    """Bidirectional encoder + pooling + MLP head: tokens ``[B, T]`` -> logits ``[B, C]``.
+class MLMHead(nn.Module):
+    """BERT's masked-LM output head (Devlin et al. 2019, App. A.1 and the released code's
+    ``cls/predictions``; RoBERTa's ``lm_head``, Liu et al. 2019): dense ``E -> E``, GELU,
+    LayerNorm, then the decoder over the vocabulary (the token table when tied, else its own
+    ``[E, V]`` kernel) plus a bias ``[V]``: ``[B, T, E] -> float32 logits [B, T, V]``.
 
-    Tokens equal to ``cfg.pad_id`` are masked out of attention and of mean pooling
-    (LRA byte-level Text / ListOps; Tay et al. 2020).
+    Its parameters live outside ``encoder/``, so ``config.init_from`` treats it as a
+    pre-training head (``seqjax.train.init_from``: left unused by a fine-tuned classifier).
     """
 
     cfg: TransformerConfig
 
     @nn.compact
-    def __call__(self, tokens_BT, *, deterministic=True):
+    def __call__(self, x_BTE, embed):
+        cfg = self.cfg
+        h_BTE = nn.Dense(
+            cfg.d_model,
+            kernel_init=nn.with_logical_partitioning(layers.dense_init(), ("embed", "mlp")),
+            bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("mlp",)),
+            name="transform",
+        )(x_BTE.astype(jnp.float32))
+        h_BTE = layers.norm(name="ln")(nn.gelu(h_BTE, approximate=False))
+        if cfg.tie_embeddings:
+            logits_BTV = embed.attend(h_BTE)
+        else:
+            logits_BTV = nn.Dense(
+                cfg.vocab_size,
+                kernel_init=nn.with_logical_partitioning(layers.dense_init(), ("embed", "vocab")),
+                use_bias=False,
+                name="decoder",
+            )(h_BTE)
+        bias_V = self.param(
+            "bias", nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
+            (cfg.vocab_size,),
+        )  # fmt: skip
+        return (logits_BTV + bias_V[None, None, :]).astype(jnp.float32)
+
+
+class TransformerClassifier(nn.Module):
+    """Bidirectional encoder + pooling + MLP head: tokens ``[B, T]`` -> logits ``[B, C]``.
+
+    Tokens equal to ``cfg.pad_id`` are masked out of attention and of mean pooling
+    (LRA byte-level Text / ListOps; Tay et al. 2020).
+
+    Packed rows (``seqjax.data.packing``): with ``segment_ids``/``positions_BT`` ``[B, T]``
+    and ``num_segments`` K, the logits are ``[B, K, C]``, one per example: mean pooling
+    averages each segment's positions; CLS pooling puts the CLS vector at position 0 in
+    front of every example (``packed_cls_rows``: rows of T + K slots), so each example sees
+    exactly what it sees alone.
+    """
+
+    cfg: TransformerConfig
+
+    @nn.compact
+    def __call__(
+        self, tokens_BT, *, segment_ids=None, positions_BT=None, num_segments=0,
+        deterministic=True,
+    ):  # fmt: skip
+        if segment_ids is not None:
+            return self._packed(tokens_BT, segment_ids, positions_BT, num_segments, deterministic)
         cfg = self.cfg
         b = tokens_BT.shape[0]
         keep_BT = (
@@ -344,5 +402,68 @@ class TransformerClassifier(nn.Module):
         else:
             w_BT = keep_BT.astype(jnp.float32)
             pooled_BE = (x_BTE * w_BT[..., None]).sum(1) / jnp.maximum(w_BT.sum(1), 1.0)[:, None]
-        h = nn.gelu(nn.Dense(cfg.d_model, name="pre_head")(pooled_BE))
-        return nn.Dense(cfg.num_classes, name="head")(h)
+        return self._head(pooled_BE)
+
+    def _head(self, pooled_BE):
+        h = nn.gelu(nn.Dense(self.cfg.d_model, name="pre_head")(pooled_BE))
+        return nn.Dense(self.cfg.num_classes, name="head")(h)
+
+    def _packed(self, tokens_BT, segment_ids_BT, positions_BT, K, deterministic):
+        """Logits ``[B, K, C]`` of the K example slots of packed rows."""
+        cfg = self.cfg
+        overlay, cls_BK = None, None
+        if cfg.pooling == "cls":
+            cls_E = self.param(
+                "cls",
+                nn.with_logical_partitioning(nn.initializers.normal(0.02), ("embed",)),
+                (cfg.d_model,),
+            )
+            tokens_BT, segment_ids_BT, positions_BT, where_BT, cls_BK = packed_cls_rows(
+                tokens_BT, segment_ids_BT, positions_BT, K
+            )
+            overlay = (where_BT, cls_E)
+        x_BTE, _ = Encoder(cfg, causal=False, name="encoder")(
+            tokens_BT, segment_ids=segment_ids_BT, positions_BT=positions_BT,
+            deterministic=deterministic, overlay=overlay,
+        )  # fmt: skip
+        x_BTE = x_BTE.astype(jnp.float32)
+        if cfg.pooling == "cls":
+            pooled_BKE = jnp.take_along_axis(x_BTE, cls_BK[..., None], axis=1)
+        else:  # the mean of each segment's positions
+            k_K = jnp.arange(1, K + 1, dtype=segment_ids_BT.dtype)
+            w_BKT = (segment_ids_BT[:, None, :] == k_K[None, :, None]).astype(jnp.float32)
+            n_BK = jnp.maximum(w_BKT.sum(-1), 1.0)
+            pooled_BKE = jnp.einsum("bkt,bte->bke", w_BKT, x_BTE) / n_BK[..., None]
+        return self._head(pooled_BKE)
+
+
+def packed_cls_rows(tokens_BT, segment_ids_BT, positions_BT, K: int):
+    """Packed rows ``[B, T]`` widened to ``[B, T + K]`` with a CLS slot at the start of every
+    example (every slot moves right by the examples started at or before it, so example k's
+    CLS slot is just before its first token, with position 0, its tokens positions 1, 2,
+    ...), the CLS slots of absent examples at the end as padding.
+
+    Returns ``(tokens_BL, segment_ids_BL, positions_BL, is_cls_BL, cls_BK)``: ``cls_BK`` the
+    CLS slot of example k (L = T + K). Segments are numbered 1, 2, ... in row order.
+    """
+    B, T = tokens_BT.shape
+    seg_BT = segment_ids_BT
+    # every slot moves right by the number of examples started at or before it
+    dest_BT = jnp.arange(T)[None, :] + jax.lax.cummax(seg_BT, axis=1)
+    k_K = jnp.arange(1, K + 1, dtype=seg_BT.dtype)
+    in_k_BKT = seg_BT[:, None, :] == k_K[None, :, None]
+    present_BK = in_k_BKT.any(-1)
+    first_BK = jnp.argmax(in_k_BKT, axis=-1)
+    cls_BK = jnp.where(present_BK, first_BK + k_K[None, :] - 1, T + k_K[None, :] - 1)
+    b_B1 = jnp.arange(B)[:, None]
+
+    def scatter(x_BT, cls_value_BK):
+        out = jnp.zeros((B, T + K), x_BT.dtype).at[b_B1, dest_BT].set(x_BT)
+        return out.at[b_B1, cls_BK].set(cls_value_BK.astype(x_BT.dtype))
+
+    zeros_BK = jnp.zeros((B, K), seg_BT.dtype)
+    tokens_BL = scatter(tokens_BT, zeros_BK)
+    segs_BL = scatter(seg_BT, jnp.where(present_BK, k_K[None, :], 0))
+    pos_BL = scatter(jnp.where(seg_BT > 0, positions_BT + 1, 0), zeros_BK)
+    is_cls_BL = scatter(jnp.zeros((B, T), bool), present_BK)
+    return tokens_BL, segs_BL, pos_BL, is_cls_BL, cls_BK

@@ -15,6 +15,8 @@ The training system calls a task in this order:
   into the logged metrics; ``zero_sums``/``sum_keys`` for accumulation;
 * evaluation (``seqjax.train.evaluator``): ``eval_summary`` of the summed split, then the
   optional ``decode_metrics`` hook (metrics that need decoding a whole split, e.g. BLEU);
+  after each evaluation the loop asks ``eval_pictures`` (``config.eval.pictures``) and
+  writes every picture as ``<workdir>/<name>/step_XXXXXX.png`` and a TensorBoard image;
 * the loop's throughput and MFU: ``unit``, ``tokens_per_step``, ``flops_per_step``;
 * generation, where ``generates`` is True: ``sample`` (the loop's end-of-run sample and
   ``python -m seqjax.sample``) after ``check_sample_inputs``.
@@ -54,6 +56,8 @@ class Task:
       length_field: the config field that sets ``input_length`` (named in errors).
       generates: whether ``sample`` is implemented (``python -m seqjax.sample`` and the
         loop's end-of-run sample ask this, never the name).
+      sample_to_file: ``sample`` writes a file named by its prompt (image grids), so
+        ``python -m seqjax.sample --out FILE`` passes FILE as the prompt.
     """
 
     name: str = ""
@@ -68,6 +72,7 @@ class Task:
     causal: bool = True
     length_field: str = "data.seq_len"
     generates: bool = False
+    sample_to_file: bool = False
 
     def __str__(self) -> str:
         return self.name
@@ -179,6 +184,17 @@ class Task:
         the evaluator after the loss pass on every process; merged into its summary.
         Default: none."""
         del run, params, split, max_batches
+        return {}
+
+    def eval_pictures(self, run, params, split: str, *, num: int, seed: int = 0) -> dict:
+        """Pictures of the model at an evaluation of ``split``: ``{name: uint8 [H, W, C]}``
+        (C = 1 or 3)
+        (image generation: a grid of ``num`` sampled images; pixel classification: ``num``
+        inputs with their predicted and true labels). The loop calls it on every process
+        with the full parameters and writes the pictures on process 0 as
+        ``<workdir>/<name>/step_XXXXXX.png`` and TensorBoard images tagged ``name``.
+        Default: none."""
+        del run, params, split, num, seed
         return {}
 
     # ---- throughput ----------------------------------------------------------------------

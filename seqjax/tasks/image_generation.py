@@ -12,7 +12,9 @@ anything compiles). The Sparse Transformer patterns default to stride = one imag
 ``W * C`` sub-pixels (Child et al. §4.1: "the stride ... equal to the row width" so that the
 strided head attends to the column above); a stride must divide the row.
 
-``sample`` draws a grid of images and writes it as a PNG (``seqjax.tasks.image_grid``).
+``sample`` draws a grid of images and writes it as a PNG (``seqjax.tasks.image_grid``);
+``eval_pictures`` draws one at every evaluation (``samples/step_XXXXXX.png`` in the workdir
+and a TensorBoard image).
 
 Legend: B batch, D = H * W * C sub-pixels per image, V = 257 ids.
 """
@@ -67,6 +69,7 @@ class ImageGeneration(base.Task):
     name = "image_generation"
     datasets = IMAGE_DATASETS
     generates = True
+    sample_to_file = True
 
     def handles(self, data_config) -> bool:
         """Image sets are generated when ``data.image_task='generation'``."""
@@ -156,18 +159,35 @@ class ImageGeneration(base.Task):
                 "sample grid is written to (ending in .png), or empty for samples.png"
             )
 
-    def sample(self, run, params, prompt: str, length: int, *, temperature=1.0, seed=0) -> str:
+    def sample(
+        self, run, params, prompt: str, length: int, *, temperature=1.0, top_k=0, top_p=1.0,
+        seed=0,
+    ) -> str:  # fmt: skip
         """Draws ``length`` images (a grid) and writes them as a PNG to ``prompt`` when it
         names a .png file, else to ``samples.png``; returns a line naming the file."""
         from seqjax.tasks import image_grid
 
         n = max(1, min(int(length), MAX_SAMPLE_IMAGES))
         pixels = image_grid.sample_images(
-            run.model_cfg, params, run.info.image_shape, n, temperature=temperature, seed=seed
-        )
+            run.model_cfg, params, run.info.image_shape, n, temperature=temperature, seed=seed,
+            top_k=top_k, top_p=top_p,
+        )  # fmt: skip
         path = prompt.strip() if prompt.strip().endswith(".png") else "samples.png"
         image_grid.write_png(path, image_grid.grid(pixels))
         return f"\nwrote {n} sampled images as a grid to {path}"
+
+    def eval_pictures(self, run, params, split: str, *, num: int, seed: int = 0) -> dict:
+        """``{'samples': grid}``: ``num`` images drawn at temperature 1 (the distribution
+        whose bits/dim the evaluation reports), with the same seed at every evaluation so
+        successive grids show the same random draws through a changing model. ``split``
+        plays no part."""
+        from seqjax.tasks import image_grid
+
+        del split
+        pixels = image_grid.sample_images(
+            run.model_cfg, params, run.info.image_shape, int(num), temperature=1.0, seed=seed
+        )
+        return {"samples": image_grid.grid(pixels)}
 
     def describe_sample(self, prompt: str, text: str) -> str:
         return text.strip()

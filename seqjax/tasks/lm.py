@@ -3,10 +3,13 @@
 al. 2019 for characters.
 
 Batches: ``inputs`` int32 ``[B, T]``, ``targets`` int32 ``[B, T]`` (the inputs shifted by
-one), ``weights`` float32 ``[B, T]``. The model is ``TransformerLM`` (causal), or a
-recurrent model (``seqjax.models.memory``: Transformer-XL) when ``config.model.kind`` says
-so. Evaluation reports bits per character (``data.vocab='chars'``) or per byte and
-perplexity; the task generates text (``seqjax.train.sampling``).
+one), ``weights`` float32 ``[B, T]``. ``config.data.objective='lm'`` reads the example texts
+of imdb_bytes/listops instead (one document per row of ``data.max_len``, or packed with
+``data.packing``: ``segment_ids``/``positions`` too; ``seqjax.data.packing``). The model
+is ``TransformerLM`` (causal), or a recurrent model (``seqjax.models.memory``:
+Transformer-XL) when ``config.model.kind`` says so. Evaluation reports bits per character
+(``data.vocab='chars'``) or per byte and perplexity; the task generates text
+(``seqjax.train.sampling``).
 
 Legend: B batch, T window length.
 """
@@ -24,8 +27,23 @@ class LanguageModel(base.Task):
     datasets = LM_DATASETS
     generates = True
 
+    def input_length(self, config) -> int:
+        """``data.seq_len``; ``data.max_len`` for the example texts (``objective='lm'``)."""
+        if config.data.get("objective") == "lm":
+            from seqjax.data import api as data_api
+
+            return data_api.max_len(config.data)
+        return int(config.data.seq_len)
+
+    def configure(self, config):
+        """With ``config.data.packing`` (example texts): the packed rows' task."""
+        return PACKED if config.data.get("packing") else self
+
     def validate(self, config, bad) -> None:
+        from seqjax.data import packing
         from seqjax.models import memory
+
+        packing.model_problems(config, bad)
 
         m, t = config.model, config.train
         recurrent = memory.kinds().get(memory.kind(config)) is not None
@@ -71,7 +89,7 @@ class LanguageModel(base.Task):
         relative = any(name == "relative" for name, _ in run.model_cfg.attention)
         return flops.train_flops_per_step(
             run.model_cfg, run.abstract["params"], batch_size=run.config.data.batch_size,
-            seq_len=run.config.data.seq_len, tied_output=run.model_cfg.tie_embeddings,
+            seq_len=self.input_length(run.config), tied_output=run.model_cfg.tie_embeddings,
             mem_len=int(m.get("mem_len") or 0) if run.recurrence else 0, relative=relative,
         )  # fmt: skip
 
@@ -95,4 +113,26 @@ class LanguageModel(base.Task):
         )  # fmt: skip
 
 
+class PackedLanguageModel(LanguageModel):
+    """The LM on packed documents (``objective='lm'``, ``data.packing``;
+    ``seqjax.data.packing``): ``segment_ids`` keep documents apart (no query sees another
+    document), ``positions`` restart per document, ``weights`` 0 on padding."""
+
+    batch_fields = {
+        **LanguageModel.batch_fields,
+        "segment_ids": ("int32", 2),
+        "positions": ("int32", 2),
+    }
+
+    def apply(self, model, params, batch, *, rng, train: bool, memory=None):
+        del memory
+        rngs = {"dropout": rng} if train else {}
+        out = model.apply(
+            {"params": params}, batch["inputs"], segment_ids=batch["segment_ids"],
+            positions_BT=batch["positions"], rngs=rngs, deterministic=not train,
+        )  # fmt: skip
+        return out, None
+
+
 TASK = registry.register(LanguageModel())
+PACKED = PackedLanguageModel()  # not registered: ``TASK.configure`` returns it

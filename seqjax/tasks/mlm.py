@@ -7,8 +7,10 @@ text8 windows of ``data.seq_len``; imdb_bytes, listops texts of ``data.max_len``
 masking is ``seqjax.data.objectives``. Batches: ``inputs`` int32 ``[B, T]`` (masked),
 ``targets`` int32 ``[B, T]`` (original tokens), ``weights`` float32 ``[B, T]`` (1 at the
 chosen positions only, so the loss is the mean cross-entropy over them). The model is
-``TransformerLM`` with ``causal=False`` (bidirectional self-attention, a tied output layer
-over the vocabulary + [MASK]; padding id 0 of padded data hidden as keys). Its parameters
+``TransformerLM`` with ``causal=False`` (bidirectional self-attention; padding id 0 of
+padded data hidden as keys) and BERT's output head (``model.mlm_head_transform``, default
+True: dense -> GELU -> LayerNorm -> the tied output layer over the vocabulary + [MASK] plus
+a bias; ``seqjax.models.transformer.MLMHead``). Its parameters
 live under ``encoder`` like the classifier's, so ``config.init_from`` fine-tunes them
 (``seqjax.train.init_from``). Evaluation: masked-LM loss, perplexity ``exp(loss)`` and
 accuracy over the masked positions.
@@ -45,7 +47,7 @@ class MaskedLanguageModel(base.Task):
 
     def validate(self, config, bad) -> None:
         """A bidirectional encoder only (no recurrent, decoder-only, model kind); packing
-        only with mechanisms that honour segments (``seqjax.data.packing.refusal``)."""
+        only with mechanisms that honour segments (``seqjax.data.packing.model_problems``)."""
         from seqjax.data import packing
         from seqjax.models import memory
 
@@ -59,14 +61,26 @@ class MaskedLanguageModel(base.Task):
             bad("model.attention", config.model.attention,
                 "bidirectional mechanisms with data.objective='mlm' ('causal' always hides "
                 "the right context a masked token is predicted from)")  # fmt: skip
-        refused = packing.refusal(config) if config.data.get("packing") else None
-        if refused:
-            bad("data.packing", True, refused)
+        packing.model_problems(config, bad)  # mechanisms that cannot honour segments
+        head = config.model.get("mlm_head_transform", True)
+        adaptive = (config.model.get("adaptive") or {}).get("enabled", False)
+        if not isinstance(head, bool):
+            bad("model.mlm_head_transform", head, "True (BERT's dense-GELU-LayerNorm head) or "
+                "False (the encoder's output straight into the output layer)")  # fmt: skip
+        elif head and adaptive:
+            bad("model.mlm_head_transform", head, "False with model.adaptive.enabled=True (the "
+                "adaptive softmax is its own output layer)")  # fmt: skip
 
     def model_config(self, config, info):
+        """The bidirectional encoder, with BERT's head transform unless
+        ``model.mlm_head_transform=False`` (``seqjax.models.transformer.MLMHead``)."""
+        import dataclasses
+
         from seqjax.models import from_config
 
-        return from_config.transformer_config(config, info, causal=False, num_classes=0)
+        cfg = from_config.transformer_config(config, info, causal=False, num_classes=0)
+        head = bool(config.model.get("mlm_head_transform", True))
+        return dataclasses.replace(cfg, mlm_head_transform=head)
 
     def make_model(self, model_cfg, *, decode: bool = False):
         from seqjax.models.transformer import TransformerLM

@@ -48,7 +48,8 @@ class Seq2Seq(base.Task):
 
     def configure(self, config) -> Seq2Seq:
         ev = config.get("eval") or {}
-        return Seq2Seq(
+        kind = PackedSeq2Seq if config.data.get("packing") else Seq2Seq
+        return kind(
             label_smoothing=config.train.get("label_smoothing", 0.0) or 0.0,
             beam_size=ev.get("beam_size", 4) or 4,
             alpha=ev.get("length_penalty", 0.6),
@@ -79,6 +80,13 @@ class Seq2Seq(base.Task):
                 "beam_size >= 1 and length_penalty >= 0 (Vaswani et al.: 4 and 0.6)")  # fmt: skip
         if m.get("kind", "transformer") != "transformer":
             bad("model.kind", m.kind, "'transformer' for a seq2seq data set (no memory model)")
+        if d.get("packing"):  # seqjax.data.packing
+            from seqjax.data import packing
+
+            packing.model_problems(config, bad)
+            if m.reversible:
+                bad("data.packing", True, "False with model.reversible=True (the reversible "
+                    "encoder-decoder takes no segment ids)")  # fmt: skip
         try:
             self.model_config(config, _ShapeInfo(config))
         except ValueError as e:  # the encoder-decoder's own checks (decoder mechanism, ...)
@@ -148,6 +156,7 @@ class Seq2Seq(base.Task):
         return logits_BTV, None
 
     def sums(self, outputs, batch) -> dict:
+        """Label-smoothed cross-entropy sums over the weighted target tokens."""
         return losses.smoothed_cross_entropy_sums(
             outputs, batch["targets"], batch["weights"], self.label_smoothing
         )
@@ -247,6 +256,48 @@ class _ShapeInfo:
 
     def __init__(self, config):
         self.vocab_size = max(int(config.data.get("vocab_size") or 0), 8)
+
+
+class PackedSeq2Seq(Seq2Seq):
+    """Sequence to sequence on packed rows (``config.data.packing``; ``seqjax.data.packing``):
+    sources and targets packed in parallel, pair k being segment k on both sides; the
+    encoder attends within a source, the decoder within a target, and cross-attention from a
+    target to its own source only. The decoder inputs are the targets shifted right within
+    each segment (0 at every example's start), so each pair's losses equal those of the pair
+    alone."""
+
+    batch_fields = {
+        **Seq2Seq.batch_fields,
+        "segment_ids": ("int32", 2),
+        "positions": ("int32", 2),
+        "target_segment_ids": ("int32", 2),
+        "target_positions": ("int32", 2),
+    }
+
+    def apply(self, model, params, batch, *, rng, train: bool, memory=None):
+        from seqjax.models.encoder_decoder import shift_right
+
+        del memory
+        rngs = {"dropout": rng} if train else {}
+        seg_BT = batch["target_segment_ids"]
+        decoder_inputs_BT = shift_right(batch["targets"]) * (shift_right(seg_BT) == seg_BT)
+        packed = {k: batch[k] for k in ("segment_ids", "positions", "target_segment_ids",
+                                        "target_positions")}  # fmt: skip
+        logits_BTV = model.apply(
+            {"params": params}, batch["inputs"], decoder_inputs_BT, rngs=rngs,
+            deterministic=not train, packed=packed,
+        )  # fmt: skip
+        return logits_BTV, None
+
+    def decode_metrics(self, run, params, split: str, *, max_batches: int = 0) -> dict:
+        """BLEU/chrF as ``Seq2Seq``'s, decoding the split's pairs unpacked, one a row."""
+        import dataclasses
+
+        config = run.config.copy_and_resolve_references()
+        with config.unlocked():
+            config.data.packing = False
+        run = dataclasses.replace(run, config=config)
+        return super().decode_metrics(run, params, split, max_batches=max_batches)
 
 
 TASK = registry.register(Seq2Seq())

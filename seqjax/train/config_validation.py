@@ -255,6 +255,12 @@ def _validate_values(config, bad, errors: list) -> None:
     t = config.train
     if not _is_int(t.get("eval_batch_size")) or t.eval_batch_size < 0:
         bad("train.eval_batch_size", t.get("eval_batch_size"), "an integer >= 0 (0 = batch_size)")
+    ev = config.get("eval") or {}
+    if not isinstance(ev.get("pictures", True), bool):
+        bad("eval.pictures", ev.get("pictures"), "True or False (pictures at each evaluation)")
+    n = ev.get("num_pictures", 8)
+    if not _is_int(n) or not 1 <= n <= 64:
+        bad("eval.num_pictures", n, "an integer 1..64 (images in an evaluation's picture)")
     temp = t.get("sample_temperature")
     if not isinstance(temp, numbers.Real) or not math.isfinite(temp) or temp < 0:
         bad("train.sample_temperature", temp, "a finite number >= 0 (0 = greedy)")

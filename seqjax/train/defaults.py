@@ -56,6 +56,9 @@ def model() -> ml_collections.ConfigDict:
     c.remat = False  # rematerialize each block in the backward pass (less memory)
     c.reversible = False  # reversible residual layers (Reformer)
     c.pooling = "mean"  # classifier pooling: "mean" over non-pad tokens | "cls"
+    # Masked LM (data.objective='mlm'): BERT's head transform dense -> GELU -> LayerNorm
+    # before the (tied) output layer + bias (seqjax.models.transformer.MLMHead).
+    c.mlm_head_transform = True
     # Pair data (aan, l10n_pairs; seqjax.models.two_tower, LRA Retrieval): 2 = one shared
     # encoder on both documents; single-input data sets need 1.
     c.towers = 1
@@ -150,6 +153,11 @@ def evaluation() -> ml_collections.ConfigDict:
     c.beam_size = 4  # beams (1 = greedy)
     c.length_penalty = 0.6  # GNMT length penalty exponent alpha (0 = none)
     c.decode_metrics = True  # BLEU/chrF of beam search in every evaluation (seq2seq)
+    # Pictures at every evaluation (seqjax.tasks.Task.eval_pictures; image tasks): a grid of
+    # sampled images (generation) or inputs with predicted/true labels (pixel classification),
+    # as <workdir>/<name>/step_XXXXXX.png and TensorBoard images. Other tasks draw none.
+    c.pictures = True
+    c.num_pictures = 8  # images in each picture (1..64)
     return c
 
 

@@ -337,6 +337,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
                     )
                     writer.write(step, res, prefix="validation/")
                     progress.write(f"step {step}: validation {_fmt(res)}")
+                    _eval_pictures(
+                        config, run, state["params"], "validation", step, writer, workdir
+                    )
                     if run.task.generates and t_cfg.sample_length:
                         with jax.transfer_guard("allow"):  # the sample at this evaluation
                             text = _sample(config, run, state["params"], False)
@@ -352,6 +355,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
 
     # ---- finish: test split, sample, result ---------------------------------------------
     result = {"step": step, "stopped": stopped, "test": None, "sample": None}
+    if getattr(train_iter, "packing_efficiency", None) is not None:  # seqjax.data.packing
+        result["packing_efficiency"] = train_iter.packing_efficiency
     if stopped != "done":
         logging.info("stopped (%s) at step %d; checkpoint saved, rerun to resume", stopped, step)
         writer.close()
@@ -361,6 +366,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
         res = evaluator(state["params"], "test")
         writer.write(step, res, prefix="test/")
         result["test"] = res
+        with sharding.rules_and_mesh(mesh):
+            _eval_pictures(config, run, state["params"], "test", step, writer, workdir)
         if primary:  # the result once, on stdout
             print(f"test ({step} steps): {_fmt(res)}", flush=True)
     if run.task.generates and t_cfg.sample_length:
@@ -393,6 +400,29 @@ def _sample(config, run, params, primary: bool) -> str:
     if primary:
         print(f"sample:\n{run.task.describe_sample(t_cfg.sample_prompt, text)}", flush=True)
     return text
+
+
+def _eval_pictures(config, run, params, split: str, step: int, writer, workdir) -> None:
+    """The task's pictures of this evaluation (``Task.eval_pictures``, when
+    ``config.eval.pictures``): ``<workdir>/<name>/step_XXXXXX.png`` and a TensorBoard image
+    tagged ``name`` each, written by process 0 (every process draws them, from the full
+    parameters, as ``_sample`` does)."""
+    e = config.get("eval") or {}
+    if not e.get("pictures", True):
+        return
+    with jax.transfer_guard("allow"):  # the parameters, a few inputs and the pictures
+        if jax.process_count() > 1:
+            params = multihost_utils.process_allgather(params, tiled=True)
+        pictures = run.task.eval_pictures(
+            run, params, split, num=int(e.get("num_pictures", 8)), seed=config.seed
+        )
+    if not writer.enabled:
+        return
+    from seqjax.tasks import image_grid
+
+    for name, picture in pictures.items():
+        image_grid.write_png(workdir / name / f"step_{step:06d}.png", picture)
+        writer.write_image(name, picture, step)
 
 
 def _describe(run, t_cfg, text: str) -> str:

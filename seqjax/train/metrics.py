@@ -86,6 +86,11 @@ class MetricWriter:
         if self.enabled:
             self._tb.add_text(tag, _markdown_code(text), step)
 
+    def write_image(self, tag: str, picture_HWC, step: int) -> None:
+        """A uint8 ``[H, W, C]`` picture at ``step`` (TensorBoard's Images tab)."""
+        if self.enabled:
+            self._tb.add_image(tag, np.asarray(picture_HWC, np.uint8), step, dataformats="HWC")
+
     def write_config(self, config) -> None:
         """The config as text (``config``) and its scalar fields as hparams (HParams tab,
         against the validation and test loss and accuracy)."""

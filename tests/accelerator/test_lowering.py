@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from seqjax import attention
-from seqjax.attention import flex, pallas_blocks, splash
+from seqjax.attention import flex, pallas_blocks, score_mod, splash
 from tests.accelerator import lowering_lib as lib
 
 B, T, H, D = 2, 256, 2, 64
@@ -125,6 +125,51 @@ def test_block_sparse_kernels_lower_to_triton_with_the_table_grid(with_masks):
         "seqjax_block_sparse_dkdv": 1,
         "seqjax_block_sparse_dq": 1,
     }
+
+
+@pytest.mark.parametrize("scheme", ["alibi", "t5_bias"])
+def test_block_sparse_kernels_with_a_score_mod_lower_to_triton(scheme):
+    """The bias computed inside the kernels (ALiBi's slope times the distance; T5's bucket by
+    integer comparisons and the table as an input, its gradient an extra dK/dV output)
+    lowers through Triton: the same three kernels on the same grids. T5's table gradient
+    is differentiated too."""
+    bs, t = 64, 320
+    table, count, _ = flex.block_table(
+        flex.make_pattern("sliding_window", window=48), None, t, t, bs, bs, True, 0
+    )
+
+    def fn(q, k, v, tab):
+        mod = score_mod.alibi(H) if scheme == "alibi" else score_mod.t5_bias(tab, causal=True)
+        return pallas_blocks.block_sparse_attention(
+            q, k, v, table=table, count=count, block_q=bs, block_k=bs, causal=True, score_mod=mod
+        )
+
+    def both(q, k, v, tab):
+        loss = lambda *a: fn(*a).sum()  # noqa: E731
+        return fn(q, k, v, tab), jax.grad(loss, argnums=(0, 1, 2, 3))(q, k, v, tab)
+
+    tab = jax.ShapeDtypeStruct((32, H), jnp.float32)
+    calls = lib.custom_calls(lib.export(both, "cuda", *_abstract(t=t), tab))
+    assert {c["target"] for c in calls} == {lib.TRITON}
+    nq = nk = t // bs
+    assert {c["name"]: c["grid"] for c in calls} == {
+        "seqjax_block_sparse_fwd": (nq, B, H),
+        "seqjax_block_sparse_dkdv": (nk, B, H),
+        "seqjax_block_sparse_dq": (nq, B, H),
+    }
+
+
+def test_flex_with_a_score_mod_dispatch():
+    """``auto`` with ALiBi: the Triton kernels on GPU; on TPU no splash (it takes no bias)
+    but the plain-JAX block-sparse engine (no custom call)."""
+
+    def fn(q, k, v):
+        return attention.get("flex")(
+            q, k, v, causal=True, pattern="sliding_window", window=48, score_mod=score_mod.alibi(H)
+        )
+
+    assert set(lib.targets(lib.export(_value_and_grad(fn), "cuda", *_abstract()))) == {lib.TRITON}
+    assert not lib.targets(lib.export(_value_and_grad(fn), "tpu", *_abstract()))
 
 
 @pytest.mark.parametrize("name", ["sparse_strided", "flex"])

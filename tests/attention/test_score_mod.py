@@ -137,7 +137,7 @@ def test_unsupported_implementation_raises():
     q, k, v = _qkv()
     with pytest.raises(ValueError, match="cannot add a positional score bias"):
         dense.dense_attention(
-            q, k, v, causal=True, implementation="pallas", score_mod=score_mod.alibi(H)
+            q, k, v, causal=True, implementation="splash", score_mod=score_mod.alibi(H)
         )
 
 

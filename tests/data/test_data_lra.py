@@ -142,6 +142,7 @@ def test_imdb_counts_balance_and_bytes(make_cfg, shared_data):
         assert all(not row[k:].any() for row, k in zip(x, n))  # padding only at the end
         lengths += n.tolist()
     assert len(labels) == 25_000 and labels.count(1) == labels.count(0) == 12_500
+    assert 16 < sum(labels[:64]) < 48  # a fixed shuffle: any prefix holds both labels
     assert min(lengths) > 0 and lengths.count(1024) > 1000  # many reviews exceed 1K bytes
     test = store.source(key, "test")
     for i in (0, 777, 24_999):  # example i of the pass is review i, as bytes + 1

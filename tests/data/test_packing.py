@@ -113,6 +113,6 @@ def test_linformer_and_xl_refuse_packing(cfg):
     with pytest.raises(config_validation.ConfigError, match=r"config\.data\.packing=True .*linf"):
         config_validation.validate(config)
     config.model.attention = "dense"
-    config.data.objective = ""
+    config.model.kind = "transformer_xl"
     with pytest.raises(config_validation.ConfigError, match=r"config\.data\.packing=True"):
         config_validation.validate(config)
