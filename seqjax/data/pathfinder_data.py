@@ -118,13 +118,15 @@ def spec_of(cfg) -> pathfinder.PathfinderSpec:
     )
 
 
+def builder_config(cfg) -> PathfinderConfig:
+    """The TFDS builder config of a Pathfinder `config.data` (`store.dataset_key` uses it)."""
+    spec = spec_of(cfg)
+    return PathfinderConfig(name=spec.name, spec=spec, num_procs=int(cfg.pathfinder_num_procs))
+
+
 def dataset_key(cfg) -> store.DatasetKey:
-    """`store.DatasetKey` of a Pathfinder `config.data` (its builder config: `spec_of`)."""
-    base = store.dataset_key(cfg)  # options and data_dir as for every data set
-    config = PathfinderConfig(
-        name=spec_of(cfg).name, spec=spec_of(cfg), num_procs=int(cfg.pathfinder_num_procs)
-    )
-    return dataclasses.replace(base, config_name=config.name, config=config)
+    """`store.DatasetKey` of a Pathfinder `config.data` (builder config: `builder_config`)."""
+    return store.dataset_key(cfg)
 
 
 def _is_int(x) -> bool:

@@ -124,6 +124,10 @@ def dataset_key(cfg) -> DatasetKey:
         config = wmt14.wmt14_config(cfg)
     elif name == "l10n_pairs":
         config = retrieval.l10n_pairs_config(cfg)
+    elif name in ("pathfinder32", "pathx"):  # the module registers its builders here
+        from seqjax.data import pathfinder_data  # noqa: PLC0415 (it imports this module)
+
+        config = pathfinder_data.builder_config(cfg)
     else:
         config = None
     return DatasetKey(
