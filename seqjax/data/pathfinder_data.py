@@ -11,7 +11,7 @@ and the builder's version is the generator's (`pathfinder.GENERATOR_VERSION`), s
 parameters or a changed generator are prepared anew instead of silently reusing old files.
 The metadata records both (`generator_version`, `parameters`).
 
-    python -m seqjax.data.pathfinder_data results/pathfinder_examples.png   # example grid
+    python -m seqjax.data.pathfinder_data experiments/lra_accuracy/results/samples_pathfinder.png
 
 Legend: S image side, P = S * S pixels, b per-process batch.
 """
@@ -221,4 +221,4 @@ def save_examples(path, per_class: int = 4, seed: int = 0) -> None:
 
 
 if __name__ == "__main__":
-    save_examples(sys.argv[1] if len(sys.argv) > 1 else "pathfinder_examples.png")
+    save_examples(sys.argv[1] if len(sys.argv) > 1 else "samples_pathfinder.png")
