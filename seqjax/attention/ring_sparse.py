@@ -1,0 +1,509 @@
+"""Block-sparse and ``flex`` patterns on the ring, skipping the ring steps they leave empty.
+
+Ring attention (Liu, Zaharia & Abbeel 2023, §3, Alg. 1; ``seqjax.attention.ring``) for a
+static sparsity pattern: each device of the ``sequence`` mesh axis keeps its query shard and
+at ring step s attends to the key/value shard of device ``src = (r - s) mod n``, computing
+only the (query block, key block) pairs of that shard pair that the pattern marks non-empty
+(the block tables of the block-sparse engine ``seqjax.attention.blockwise``, derived here
+per shard pair from the pattern at the tokens' absolute positions), and merges the partial
+attentions exactly from their log-sum-exps (``numerics.merge_lse``, the online softmax of
+Milakov & Gimelshein 2018 applied to whole shards).
+
+**Static schedule.** The pattern is known before tracing, so the whole schedule is numpy:
+
+* a ring step at which no device has a non-empty block pair is **skipped entirely** (no
+  ``ppermute``, no compute): a sliding window narrower than a shard runs steps 0 and 1
+  (causal) or 0, 1 and n - 1 (bidirectional) instead of n;
+* an executed step fetches the visitor's K/V straight from its home device, one
+  ``ppermute`` with shift s (= the skipped steps + 1 after the previous executed step, when
+  counted from the home copy) whose permutation lists only the devices that have work at
+  that step (idle devices neither receive nor compute);
+* on each device the step runs a ``lax.switch`` over the distinct block tables of that
+  step (indexed by ``axis_index``); an idle device takes the empty branch.
+
+**Placement.** ``contiguous`` (device r holds positions ``[r Tl, (r + 1) Tl)``) or
+``zigzag`` (Brandon et al. 2023 §3, as the dense causal ring: halves r and 2n-1-r). The
+pattern, causality included, is evaluated at absolute positions through a per-device
+position table, so both give the same result. ``auto`` prices both (sum over executed steps
+of the busiest device's block pairs, the steps being synchronous) and keeps the cheaper;
+zigzag only when causal and T is a multiple of 2n. A causal window stays contiguous (2
+steps); causal BigBird or strided patterns go zigzag.
+
+**Backward.** A custom VJP as the dense ring's: residuals are only the local ``q, k, v,
+out, lse`` (O(T/n) per device); the backward replays the schedule, fetches each visitor's
+K/V again, recomputes the partial attention and takes its VJP with cotangents
+``w g`` and ``w rowsum(g (out_p - out))``, ``w = exp(lse_p - lse)`` (the exact terms of the
+global softmax backward, see ``ring``), and sends the visitor's dK/dV straight back home
+with the inverse partial ``ppermute``.
+
+Mechanisms (``ring_pattern``): ``sparse_strided``/``sparse_fixed`` (Child et al. 2019,
+§4.2-4.3, every head mode) and ``flex`` (named patterns, BigBird's block layout, a user
+``mask_fn`` or ``block_mask``) and ``local`` run as their element patterns on the plain-JAX
+engine. The Sparse Transformer's single-device split into a band and a transposed column
+part does not shard along the sequence, so on the ring the strided pattern's columns make
+every earlier shard pair non-empty: no step is skipped and the work per device is the
+masked blockwise one, O(T^2 / n) (the fixed pattern skips key blocks without summary cells
+when ``block_size < stride``).
+
+Legend: B batch, T sequence length, H heads, D head dim, n size of the sequence axis, r
+this device's index, Tl = T / n local length, bs engine block, nb = Tl / bs blocks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import PartitionSpec as P
+
+from seqjax.attention import blockwise, numerics, ring
+from seqjax.attention import sparse_patterns as patterns
+
+log = logging.getLogger(__name__)
+
+MECHANISMS = ("sparse_strided", "sparse_fixed", "flex", "local")
+PLACEMENTS = ("auto", "contiguous", "zigzag")
+
+
+def _xp(*xs):
+    return np if all(isinstance(x, (np.ndarray, np.generic, int)) for x in xs) else jnp
+
+
+@dataclasses.dataclass(frozen=True)
+class SparseHeads:
+    """The Sparse Transformer's per-head pattern (``sparse_patterns.head_layout``) as a
+    hashable ``fn(q_pos, k_pos) -> bool [bq, bk]`` (``[H, bq, bk]`` when heads differ)."""
+
+    kind: str
+    stride: int
+    c: int | None
+    causal: bool
+    head_mode: str
+    distinct_summaries: bool
+    num_heads: int
+
+    def __call__(self, q, k):
+        xp = _xp(q, k)
+        layout = patterns.head_layout(
+            self.kind, self.num_heads, self.stride, self.c, head_mode=self.head_mode,
+            distinct_summaries=self.distinct_summaries,
+        )  # fmt: skip
+
+        def one(parts, sub):
+            m = None
+            for part in parts:
+                p = patterns.pattern_from_positions(
+                    xp, part, q, k, self.stride, c=self.c, causal=self.causal, summary_block=sub
+                )
+                m = p if m is None else m | p
+            return m
+
+        if len(set(layout)) == 1:
+            return one(*layout[0])
+        return xp.stack([one(parts, sub) for parts, sub in layout])
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockLayout:
+    """A block mask ``bool [nb, nb]`` over blocks of ``block`` absolute positions as an
+    element pattern (hashable: the layout is kept as bytes)."""
+
+    data: bytes
+    shape: tuple[int, int]
+    block: int
+
+    @classmethod
+    def of(cls, layout, block: int) -> BlockLayout:
+        layout = np.asarray(layout, bool)
+        return cls(layout.tobytes(), layout.shape, int(block))
+
+    def __call__(self, q, k):
+        layout = np.frombuffer(self.data, bool).reshape(self.shape)
+        xp = _xp(q, k)
+        qb = xp.minimum(q // self.block, self.shape[0] - 1)
+        kb = xp.minimum(k // self.block, self.shape[1] - 1)
+        return xp.asarray(layout)[qb, kb]
+
+
+def ring_pattern(mechanism: str, options: dict, *, t: int, num_heads: int, causal: bool):
+    """``(pattern fn, engine block size)`` of a mechanism's options at length T.
+
+    Raises:
+      ValueError: naming the option (the mechanisms' own validators), or for a mechanism
+        that is not one of ``MECHANISMS``.
+    """
+    from seqjax.attention import flex, local, sparse  # they import dense, which imports ring
+
+    if mechanism in ("sparse_strided", "sparse_fixed"):
+        kind = mechanism.split("_")[1]
+        opts = sparse.resolve_options(kind, t, **{k: v for k, v in options.items() if k != "implementation"})  # fmt: skip
+        if opts["head_mode"] == "split" and num_heads % 2:
+            raise ValueError(
+                f"{mechanism} option head_mode='split' needs an even number of heads; got "
+                f"{num_heads}"
+            )
+        fn = SparseHeads(kind, opts["stride"], opts["c"], bool(causal), opts["head_mode"],
+                         opts["distinct_summaries"], num_heads)  # fmt: skip
+        return fn, opts["block_size"]
+    if mechanism == "local":
+        block_len = local.check_block_len(options.get("block_len", local.DEFAULT_BLOCK_LEN))
+        bs = options.get("block_size") or min(block_len, 64)
+        return local.BlockLocal(block_len), int(bs)
+    if mechanism != "flex":
+        raise ValueError(f"no ring pattern for attention {mechanism!r}; valid: {MECHANISMS}")
+    flex._validate(options, t)
+    bs = int(options.get("block_size", 64))
+    given = [options.get(x) is not None for x in ("pattern", "mask_fn", "block_mask")]
+    if sum(given) != 1:
+        raise ValueError("flex attention needs exactly one of pattern, mask_fn, block_mask")
+    name = options.get("pattern")
+    if name == "bigbird":
+        nb = -(-t // bs)
+        layout = flex.bigbird_block_mask(
+            nb, nb, window=options.get("window", 0), num_global=options.get("num_global", 0),
+            num_random=options.get("num_random", 0), seed=options.get("seed", 0), causal=causal,
+        )  # fmt: skip
+        return BlockLayout.of(layout, bs), bs
+    if name is not None:
+        keys = ("window", "dilation", "num_global", "stride", "c")
+        return flex.make_pattern(name, **{k: options[k] for k in keys if k in options}), bs
+    if options.get("block_mask") is not None:
+        layout = np.asarray(options["block_mask"], bool)
+        nb = -(-t // bs)
+        if layout.shape != (nb, nb):
+            raise ValueError(
+                f"flex block_mask must have shape [ceil(T/block_size)] * 2 = [{nb}, {nb}]; "
+                f"got {layout.shape}"
+            )
+        return BlockLayout.of(layout, bs), bs
+    return options["mask_fn"], bs
+
+
+def positions(placement: str, t: int, n: int) -> np.ndarray:
+    """int ``[n, Tl]``: the absolute position of each device's local tokens."""
+    tl = t // n
+    if placement == "contiguous":
+        return np.arange(t).reshape(n, tl)
+    half = tl // 2
+    r = np.arange(n)[:, None]
+    lo = r * half + np.arange(half)[None, :]
+    hi = (2 * n - 1 - r) * half + np.arange(half)[None, :]
+    return np.concatenate([lo, hi], axis=1)
+
+
+def _visible(fn, q_pos, k_pos, causal):
+    """bool ``[len(q), len(k)]``: any head of the pattern (and causality) links the pair."""
+    m = np.asarray(fn(q_pos[:, None], k_pos[None, :]))
+    if m.ndim == 3:
+        m = m.any(0)
+    m = np.broadcast_to(m, (q_pos.size, k_pos.size))
+    return m & (k_pos[None, :] <= q_pos[:, None]) if causal else m
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """The static ring schedule of a pattern.
+
+    Attributes:
+      placement: ``"contiguous"`` or ``"zigzag"``.
+      pos: int ``[n, Tl]`` absolute positions of each device's tokens.
+      steps: the executed ring steps (ascending; the others are skipped).
+      active: per executed step, the devices with at least one non-empty block pair.
+      branches: per executed step, the distinct ``(table, count)`` block tables (branch 0
+        is the idle device's, no table).
+      which: per executed step, int ``[n]``: each device's branch.
+      pairs: int ``[n, n]``: non-empty block pairs of device r at step s (``pairs[s, r]``).
+    """
+
+    placement: str
+    pos: np.ndarray
+    steps: tuple[int, ...]
+    active: tuple[tuple[int, ...], ...]
+    branches: tuple[tuple, ...]
+    which: tuple[np.ndarray, ...]
+    pairs: np.ndarray
+
+    @property
+    def cost(self) -> int:
+        """Block pairs on the critical path: the busiest device of every executed step."""
+        return int(self.pairs.max(axis=1).sum())
+
+
+@functools.lru_cache(maxsize=64)
+def schedule(fn, t: int, n: int, bs: int, causal: bool, placement: str) -> Schedule:
+    """The static schedule (``Schedule``) of pattern ``fn`` at length T on n devices with
+    engine blocks of ``bs`` (evaluated with numpy, one query block at a time; cached)."""
+    tl = t // n
+    nb = -(-tl // bs)
+    pos = positions(placement, t, n)
+    layouts = np.zeros((n, n, nb, nb), bool)  # [s, r, query block, key block]
+    for r in range(n):
+        for src in range(n):
+            s = (r - src) % n
+            for i in range(nb):
+                q_pos = pos[r, i * bs : (i + 1) * bs]
+                cols = _visible(fn, q_pos, pos[src], causal).any(0)
+                layouts[s, r, i] = np.pad(cols, (0, nb * bs - tl)).reshape(nb, bs).any(1)
+    pairs = layouts.sum((2, 3))
+    steps, active, branches, which = [], [], [], []
+    for s in range(n):
+        if not pairs[s].any():
+            continue
+        steps.append(s)
+        active.append(tuple(int(r) for r in np.nonzero(pairs[s])[0]))
+        keys, tables, idx = {}, [None], np.zeros((n,), np.int32)
+        for r in active[-1]:
+            layout = layouts[s, r]
+            key = layout.tobytes()
+            if key not in keys:
+                count = layout.sum(1).astype(np.int32)
+                table = np.zeros((nb, max(1, int(count.max()))), np.int32)
+                for i in range(nb):
+                    js = np.nonzero(layout[i])[0]
+                    table[i, : js.size] = js
+                keys[key] = len(tables)
+                tables.append((table, count))
+            idx[r] = keys[key]
+        branches.append(tuple(tables))
+        which.append(idx)
+    return Schedule(placement, pos, tuple(steps), tuple(active), tuple(branches), tuple(which),
+                    pairs)  # fmt: skip
+
+
+def choose_schedule(fn, t, n, bs, causal, placement="auto") -> Schedule:
+    """The schedule for ``placement``; ``auto``: zigzag when causal, T a multiple of 2n and
+    cheaper (``Schedule.cost``, ties to contiguous), else contiguous."""
+    if placement not in PLACEMENTS:
+        raise ValueError(f"ring placement {placement!r} is not one of {PLACEMENTS}")
+    if placement == "zigzag" and t % (2 * n):
+        raise ValueError(f"ring placement 'zigzag' needs T={t} to be a multiple of 2n={2 * n}")
+    if placement != "auto":
+        return schedule(fn, t, n, bs, causal, placement)
+    best = schedule(fn, t, n, bs, causal, "contiguous")
+    if causal and t % (2 * n) == 0:
+        zig = schedule(fn, t, n, bs, causal, "zigzag")
+        if zig.cost < best.cost:
+            best = zig
+    return best
+
+
+def _ring_core(sched: Schedule, fn, n, bs, causal, engine_kwargs):
+    """The per-device ``f(q, k, v, aux) -> out`` with its custom VJP (module docstring);
+    ``aux = (q_seg, (km, kv_seg), rng)``."""
+    pos = sched.pos
+
+    def mask_fn_at(s):
+        def mask_fn(q_pos, k_pos):  # local block positions -> absolute, per device
+            r = jax.lax.axis_index(ring.AXIS)
+            pos_j = jnp.asarray(pos)
+            qa, ka = pos_j[r][q_pos], pos_j[(r - s) % n][k_pos]
+            m = fn(qa[:, None], ka[None, :])
+            if causal:
+                c = ka[None, :] <= qa[:, None]
+                m = m & (c if m.ndim == 2 else c[None])
+            return m
+
+        return mask_fn
+
+    def pair(s, q, k, v, q_seg, kv_aux, rng):
+        """Partial attention of the local queries to the visitor of step s: ``(out_p [B, Tl,
+        H, Dv] float32, lse_p [B, Tl, H])``, a switch over the step's block tables."""
+        km, kv_seg = kv_aux
+        b, tl, h, _ = q.shape
+        dv = v.shape[-1]
+        rng = None if rng is None else jax.random.fold_in(rng, s)
+
+        def idle(q, k, v, km, q_seg, kv_seg, rng):
+            del k, km, q_seg, kv_seg, rng
+            return jnp.zeros((b, tl, h, dv), jnp.float32), jnp.full((b, tl, h), -jnp.inf)
+
+        def attend(table, count):
+            def branch(q, k, v, km, q_seg, kv_seg, rng):
+                segs = None if q_seg is None else (q_seg, kv_seg)
+                out, lse_BHT = blockwise.blockwise_attention(
+                    q, k, v, table=table, count=count, block_q=bs, block_k=bs, causal=False,
+                    mask=km, segment_ids=segs, mask_fn=mask_fn_at(s), dropout_rng=rng,
+                    return_lse=True, **engine_kwargs,
+                )  # fmt: skip
+                return out.astype(jnp.float32), lse_BHT.transpose(0, 2, 1)
+
+            return branch
+
+        i = sched.steps.index(s)
+        fns = [idle] + [attend(*tc) for tc in sched.branches[i][1:]]
+        operands = (q, k, v, km, q_seg, kv_seg, rng)
+        if len(sched.active[i]) == n and len(fns) == 2:
+            return fns[1](*operands)
+        idx = jnp.asarray(sched.which[i])[jax.lax.axis_index(ring.AXIS)]
+        return jax.lax.switch(idx, fns, *operands)
+
+    def fetch(s, i, x):
+        """The visitor of step s from its home device (only active devices receive)."""
+        if s == 0:
+            return x
+        return ring._ppermute(x, [((r - s) % n, r) for r in sched.active[i]])
+
+    def send_home(s, i, x):
+        if s == 0:
+            return x
+        return ring._ppermute(x, [(r, (r - s) % n) for r in sched.active[i]])
+
+    def forward(q, k, v, aux):
+        q_seg, kv_aux, rng = aux
+        out = lse = None
+        for i, s in enumerate(sched.steps):
+            k_s, v_s, kv_aux_s = fetch(s, i, (k, v, kv_aux))
+            out_p, lse_p = pair(s, q, k_s, v_s, q_seg, kv_aux_s, rng)
+            if out is None:
+                out, lse = out_p, lse_p
+            else:
+                out, lse = numerics.merge_lse([out, out_p], [lse, lse_p], return_lse=True)
+        if out is None:  # the pattern is empty everywhere
+            b, tl, h, _ = q.shape
+            out = jnp.zeros((b, tl, h, v.shape[-1]), jnp.float32)
+            lse = jnp.full((b, tl, h), -jnp.inf)
+        return out.astype(q.dtype), lse
+
+    @jax.custom_vjp
+    def core(q, k, v, aux):
+        return forward(q, k, v, aux)[0]
+
+    def core_fwd(q, k, v, aux):
+        out, lse = forward(q, k, v, aux)
+        return out, (q, k, v, aux, out, lse)
+
+    def core_bwd(res, g):
+        q, k, v, aux, out, lse = res
+        q_seg, kv_aux, rng = aux
+        g32, out32 = g.astype(jnp.float32), out.astype(jnp.float32)
+        lse_safe = jnp.where(jnp.isfinite(lse), lse, 0.0)
+        f32 = jnp.float32
+        dq = jnp.zeros(q.shape, f32)
+        dk, dv = jnp.zeros(k.shape, f32), jnp.zeros(v.shape, f32)
+        for i, s in enumerate(sched.steps):
+            k_s, v_s, kv_aux_s = fetch(s, i, (k, v, kv_aux))
+            (out_p, lse_p), vjp = jax.vjp(
+                lambda q_, k_, v_: pair(s, q_, k_, v_, q_seg, kv_aux_s, rng), q, k_s, v_s
+            )
+            w = jnp.where(jnp.isfinite(lse_p), jnp.exp(lse_p - lse_safe), 0.0)
+            g_lse = w * jnp.sum(g32 * (out_p - out32), axis=-1)
+            dq_s, dk_s, dv_s = vjp((w[..., None] * g32, g_lse))
+            dk_s, dv_s = send_home(s, i, (dk_s.astype(f32), dv_s.astype(f32)))
+            dq, dk, dv = dq + dq_s.astype(f32), dk + dk_s, dv + dv_s
+        return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None
+
+    core.defvjp(core_fwd, core_bwd)
+    return core
+
+
+@functools.lru_cache(maxsize=8)
+def _log_engine(mechanism: str, implementation: str) -> None:
+    log.info(
+        "%s implementation %r on the ring: the ring runs the plain-JAX block-sparse engine",
+        mechanism, implementation,
+    )  # fmt: skip
+
+
+def ring_sparse_attention(
+    q,
+    k,
+    v,
+    *,
+    mechanism: str,
+    causal=False,
+    mask=None,
+    segment_ids=None,
+    scale=None,
+    dropout_rate=0.0,
+    dropout_rng=None,
+    placement="auto",
+    **options,
+):
+    """``mechanism`` (one of ``MECHANISMS``) with ``options`` on the ring of the ambient
+    mesh's ``sequence`` axis (module docstring).
+
+    Args:
+      q, k, v: ``[B, T, H, D]``, ``[B, T, H, D]``, ``[B, T, H, Dv]`` (global arrays,
+        sharded or not; run sharded over ``sequence`` along T). Self-attention only.
+      mechanism: ``"sparse_strided"``, ``"sparse_fixed"``, ``"flex"`` or ``"local"``.
+      causal, mask, segment_ids, scale, dropout_rate, dropout_rng: as the mechanism's
+        (dropout masks differ from the single-device ones: same rate, other stream).
+      placement: ``"auto"``, ``"contiguous"`` or ``"zigzag"`` (module docstring).
+      **options: the mechanism's options (``implementation`` is ignored: the ring runs the
+        plain-JAX engine).
+
+    Returns:
+      ``[B, T, H, Dv]`` in the dtype of ``q``, sharded along T over ``sequence``.
+
+    Raises:
+      ValueError: for T != S, T not a multiple of n, a positional score bias, or bad
+        options (naming them).
+    """
+    from seqjax.attention import registry
+
+    registry.check_options(mechanism, options)
+    registry.check_qkv(q, k, v)
+    n = ring.axis_size()
+    common = dict(causal=causal, mask=mask, segment_ids=segment_ids, scale=scale)
+    if n <= 1:  # no sequence axis: the mechanism itself
+        return registry.get(mechanism)(
+            q, k, v, dropout_rate=dropout_rate, dropout_rng=dropout_rng, **common, **options
+        )
+    if options.pop("score_mod", None) is not None:
+        raise ValueError(
+            f"attention {mechanism!r} on config.mesh.sequence > 1 cannot add a positional "
+            "score bias (model.positional 'alibi'/'t5_bias'); use 'rope' or 'learned'"
+        )
+    impl = options.pop("implementation", "auto")
+    if impl not in ("auto", "blocksparse"):
+        _log_engine(mechanism, impl)
+    b, t, h, d = q.shape
+    why = ring.unsupported(t, k.shape[1], max(n, 1), causal=False)
+    if why:
+        raise ValueError(f"attention {mechanism!r} on sequence={n} cannot run: {why}")
+    fn, bs = ring_pattern(mechanism, options, t=t, num_heads=h, causal=causal)
+    blockwise._check_not_forward_mode(q, k, v)
+    numerics.check_dropout(dropout_rate, dropout_rng)
+    bs = min(int(bs), t // n)
+    sched = choose_schedule(fn, t, n, bs, bool(causal), placement)
+    km, q_seg, kv_seg = ring._normalize(q, k, mask, segment_ids)
+    engine = dict(scale=float(numerics.default_scale(scale, d)), dropout_rate=dropout_rate)
+    core = _ring_core(sched, fn, n, bs, bool(causal), engine)
+    rng = dropout_rng if dropout_rate > 0.0 else None
+    zigzag = sched.placement == "zigzag"
+
+    def body(q, k, v, km, q_seg, kv_seg, rng):
+        if zigzag:
+            q, k, v, km, q_seg, kv_seg = (ring._to_zigzag(x, n) for x in (q, k, v, km, q_seg, kv_seg))  # fmt: skip
+        if rng is not None:
+            rng = jax.random.fold_in(rng, jax.lax.axis_index(ring.AXIS))
+        out = core(q, k, v, (q_seg, (km, kv_seg), rng))
+        return ring._from_zigzag(out, n) if zigzag else out
+
+    args = (q, k, v, km, q_seg, kv_seg)
+    fn_sharded = jax.shard_map(
+        body,
+        in_specs=(*ring._specs(*args), None if rng is None else P()),
+        out_specs=P(None, ring.AXIS),
+        axis_names={ring.AXIS},
+        check_vma=False,
+    )
+    return fn_sharded(*args, rng)
+
+
+def dispatch(mechanism: str, fn):
+    """The attention function a layer calls: ``fn`` itself, or, for a ``MECHANISMS`` entry
+    under a ``sequence`` axis of n > 1 devices on self-attention, its ring execution."""
+    if mechanism not in MECHANISMS:
+        return fn
+
+    def call(q, k, v, **kwargs):
+        if ring.axis_size() <= 1 or k is None or q.shape[1] != k.shape[1]:
+            return fn(q, k, v, **kwargs)
+        return ring_sparse_attention(q, k, v, mechanism=mechanism, **kwargs)
+
+    return call
