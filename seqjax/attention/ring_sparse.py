@@ -140,7 +140,8 @@ def ring_pattern(mechanism: str, options: dict, *, t: int, num_heads: int, causa
 
     if mechanism in ("sparse_strided", "sparse_fixed"):
         kind = mechanism.split("_")[1]
-        opts = sparse.resolve_options(kind, t, **{k: v for k, v in options.items() if k != "implementation"})  # fmt: skip
+        kept = {k: v for k, v in options.items() if k != "implementation"}
+        opts = sparse.resolve_options(kind, t, **kept)
         if opts["head_mode"] == "split" and num_heads % 2:
             raise ValueError(
                 f"{mechanism} option head_mode='split' needs an even number of heads; got "
@@ -386,9 +387,8 @@ def _ring_core(sched: Schedule, fn, n, bs, causal, engine_kwargs):
         dk, dv = jnp.zeros(k.shape, f32), jnp.zeros(v.shape, f32)
         for i, s in enumerate(sched.steps):
             k_s, v_s, kv_aux_s = fetch(s, i, (k, v, kv_aux))
-            (out_p, lse_p), vjp = jax.vjp(
-                lambda q_, k_, v_: pair(s, q_, k_, v_, q_seg, kv_aux_s, rng), q, k_s, v_s
-            )
+            partial = functools.partial(pair, s, q_seg=q_seg, kv_aux=kv_aux_s, rng=rng)
+            (out_p, lse_p), vjp = jax.vjp(partial, q, k_s, v_s)
             w = jnp.where(jnp.isfinite(lse_p), jnp.exp(lse_p - lse_safe), 0.0)
             g_lse = w * jnp.sum(g32 * (out_p - out32), axis=-1)
             dq_s, dk_s, dv_s = vjp((w[..., None] * g32, g_lse))
@@ -478,7 +478,9 @@ def ring_sparse_attention(
 
     def body(q, k, v, km, q_seg, kv_seg, rng):
         if zigzag:
-            q, k, v, km, q_seg, kv_seg = (ring._to_zigzag(x, n) for x in (q, k, v, km, q_seg, kv_seg))  # fmt: skip
+            q, k, v, km, q_seg, kv_seg = (
+                ring._to_zigzag(x, n) for x in (q, k, v, km, q_seg, kv_seg)
+            )
         if rng is not None:
             rng = jax.random.fold_in(rng, jax.lax.axis_index(ring.AXIS))
         out = core(q, k, v, (q_seg, (km, kv_seg), rng))
