@@ -67,6 +67,8 @@ log = logging.getLogger(__name__)
 
 MECHANISMS = ("sparse_strided", "sparse_fixed", "flex", "local")
 PLACEMENTS = ("auto", "contiguous", "zigzag")
+# Fetch a visitor only once the step two before it is merged (at most two visitors live).
+LOOKAHEAD = True
 
 
 def _xp(*xs):
@@ -310,13 +312,9 @@ def _ring_core(sched: Schedule, fn, n, bs, causal, engine_kwargs):
 
         return mask_fn
 
-    def pair(s, q, k, v, q_seg, kv_aux, rng):
-        """Partial attention of the local queries to the visitor of step s: ``(out_p [B, Tl,
-        H, Dv] float32, lse_p [B, Tl, H])``, a switch over the step's block tables."""
-        km, kv_seg = kv_aux
-        b, tl, h, _ = q.shape
-        dv = v.shape[-1]
-        rng = None if rng is None else jax.random.fold_in(rng, s)
+    def branches(s, b, tl, h, dv):
+        """The step's partial attentions ``f(q, k, v, km, q_seg, kv_seg, rng) -> (out_p [B,
+        Tl, H, Dv] float32, lse_p [B, Tl, H])``: idle first, then one per block table."""
 
         def idle(q, k, v, km, q_seg, kv_seg, rng):
             del k, km, q_seg, kv_seg, rng
@@ -334,19 +332,62 @@ def _ring_core(sched: Schedule, fn, n, bs, causal, engine_kwargs):
 
             return branch
 
+        return [idle] + [attend(*tc) for tc in sched.branches[sched.steps.index(s)][1:]]
+
+    def switch(s, fns, *operands):
+        """This device's branch of step s (no switch when every device runs the same)."""
         i = sched.steps.index(s)
-        fns = [idle] + [attend(*tc) for tc in sched.branches[i][1:]]
-        operands = (q, k, v, km, q_seg, kv_seg, rng)
         if len(sched.active[i]) == n and len(fns) == 2:
             return fns[1](*operands)
         idx = jnp.asarray(sched.which[i])[jax.lax.axis_index(ring.AXIS)]
         return jax.lax.switch(idx, fns, *operands)
 
-    def fetch(s, i, x):
-        """The visitor of step s from its home device (only active devices receive)."""
+    def step_rng(rng, s):
+        return None if rng is None else jax.random.fold_in(rng, s)
+
+    def pair(s, q, k, v, q_seg, kv_aux, rng):
+        """Partial attention of the local queries to the visitor of step s."""
+        km, kv_seg = kv_aux
+        fns = branches(s, *q.shape[:3], v.shape[-1])
+        return switch(s, fns, q, k, v, km, q_seg, kv_seg, step_rng(rng, s))
+
+    def pair_grads(s, q, k, v, q_seg, kv_aux, rng, g32, out32, lse_safe):
+        """``(dq, dk, dv)`` float32 of step s's partial attention for the global cotangent
+        (the VJP is taken inside every branch: a VJP of the switch would keep the residuals
+        of all branches)."""
+        km, kv_seg = kv_aux
+
+        def grads_of(f):
+            def grads(q, k, v, km, q_seg, kv_seg, rng, g32, out32, lse_safe):
+                (out_p, lse_p), vjp = jax.vjp(
+                    lambda q_, k_, v_: f(q_, k_, v_, km, q_seg, kv_seg, rng), q, k, v
+                )
+                w = jnp.where(jnp.isfinite(lse_p), jnp.exp(lse_p - lse_safe), 0.0)
+                g_lse = w * jnp.sum(g32 * (out_p - out32), axis=-1)
+                return tuple(x.astype(jnp.float32) for x in vjp((w[..., None] * g32, g_lse)))
+
+            return grads
+
+        def idle(q, k, v, *_):
+            return tuple(jnp.zeros(x.shape, jnp.float32) for x in (q, k, v))
+
+        fns = branches(s, *q.shape[:3], v.shape[-1])
+        fns = [idle] + [grads_of(f) for f in fns[1:]]
+        operands = (q, k, v, km, q_seg, kv_seg, step_rng(rng, s), g32, out32, lse_safe)
+        return switch(s, fns, *operands)
+
+    def fetch(s, i, x, done):
+        """The visitor of step s from its home device (only active devices receive). With
+        ``done`` (the accumulator after executed step i - 2) the transfer waits for it, so
+        at most two visitors are live: the one in use and the one in flight."""
         if s == 0:
             return x
+        if done is not None:
+            x, _ = jax.lax.optimization_barrier((x, done))
         return ring._ppermute(x, [((r - s) % n, r) for r in sched.active[i]])
+
+    def after(history, i):
+        return history[i - 2] if LOOKAHEAD and i >= 2 else None
 
     def send_home(s, i, x):
         if s == 0:
@@ -356,13 +397,15 @@ def _ring_core(sched: Schedule, fn, n, bs, causal, engine_kwargs):
     def forward(q, k, v, aux):
         q_seg, kv_aux, rng = aux
         out = lse = None
+        history = []
         for i, s in enumerate(sched.steps):
-            k_s, v_s, kv_aux_s = fetch(s, i, (k, v, kv_aux))
+            k_s, v_s, kv_aux_s = fetch(s, i, (k, v, kv_aux), after(history, i))
             out_p, lse_p = pair(s, q, k_s, v_s, q_seg, kv_aux_s, rng)
             if out is None:
                 out, lse = out_p, lse_p
             else:
                 out, lse = numerics.merge_lse([out, out_p], [lse, lse_p], return_lse=True)
+            history.append(out)
         if out is None:  # the pattern is empty everywhere
             b, tl, h, _ = q.shape
             out = jnp.zeros((b, tl, h, v.shape[-1]), jnp.float32)
@@ -385,15 +428,15 @@ def _ring_core(sched: Schedule, fn, n, bs, causal, engine_kwargs):
         f32 = jnp.float32
         dq = jnp.zeros(q.shape, f32)
         dk, dv = jnp.zeros(k.shape, f32), jnp.zeros(v.shape, f32)
+        history = []
         for i, s in enumerate(sched.steps):
-            k_s, v_s, kv_aux_s = fetch(s, i, (k, v, kv_aux))
-            partial = functools.partial(pair, s, q_seg=q_seg, kv_aux=kv_aux_s, rng=rng)
-            (out_p, lse_p), vjp = jax.vjp(partial, q, k_s, v_s)
-            w = jnp.where(jnp.isfinite(lse_p), jnp.exp(lse_p - lse_safe), 0.0)
-            g_lse = w * jnp.sum(g32 * (out_p - out32), axis=-1)
-            dq_s, dk_s, dv_s = vjp((w[..., None] * g32, g_lse))
-            dk_s, dv_s = send_home(s, i, (dk_s.astype(f32), dv_s.astype(f32)))
-            dq, dk, dv = dq + dq_s.astype(f32), dk + dk_s, dv + dv_s
+            k_s, v_s, kv_aux_s = fetch(s, i, (k, v, kv_aux), after(history, i))
+            dq_s, dk_s, dv_s = pair_grads(
+                s, q, k_s, v_s, q_seg, kv_aux_s, rng, g32, out32, lse_safe
+            )
+            dk_s, dv_s = send_home(s, i, (dk_s, dv_s))
+            dq, dk, dv = dq + dq_s, dk + dk_s, dv + dv_s
+            history.append(dq)
         return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None
 
     core.defvjp(core_fwd, core_bwd)
