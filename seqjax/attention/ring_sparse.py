@@ -69,6 +69,10 @@ MECHANISMS = ("sparse_strided", "sparse_fixed", "flex", "local")
 PLACEMENTS = ("auto", "contiguous", "zigzag")
 # Fetch a visitor only once the step two before it is merged (at most two visitors live).
 LOOKAHEAD = True
+# Runs of this many consecutive executed steps run as one loop (bounded memory; unrolled
+# steps did not share buffers on XLA:CPU), shorter ones unrolled (idle devices receive
+# nothing).
+LOOP_MIN = 3
 
 
 def _xp(*xs):
@@ -294,10 +298,27 @@ def choose_schedule(fn, t, n, bs, causal, placement="auto") -> Schedule:
     return best
 
 
+def segments(steps: tuple[int, ...]) -> list[list[tuple[int, int]]]:
+    """The executed steps ``(index, step)`` cut into what runs unrolled (one step each) and
+    what runs as one loop: ``LOOP_MIN`` or more consecutive steps, whose K/V then travel one
+    hop per step inside a ``fori_loop`` (buffers reused by construction)."""
+    runs: list[list[tuple[int, int]]] = []
+    for i, s in enumerate(steps):
+        if runs and s == runs[-1][-1][1] + 1:
+            runs[-1].append((i, s))
+        else:
+            runs.append([(i, s)])
+    out = []
+    for run in runs:
+        out.extend([run] if len(run) >= LOOP_MIN else [[x] for x in run])
+    return out
+
+
 def _ring_core(sched: Schedule, fn, n, bs, causal, engine_kwargs):
     """The per-device ``f(q, k, v, aux) -> out`` with its custom VJP (module docstring);
     ``aux = (q_seg, (km, kv_seg), rng)``."""
     pos = sched.pos
+    rotate = [(r, (r + 1) % n) for r in range(n)]
 
     def mask_fn_at(s):
         def mask_fn(q_pos, k_pos):  # local block positions -> absolute, per device
@@ -312,104 +333,113 @@ def _ring_core(sched: Schedule, fn, n, bs, causal, engine_kwargs):
 
         return mask_fn
 
-    def branches(s, b, tl, h, dv):
-        """The step's partial attentions ``f(q, k, v, km, q_seg, kv_seg, rng) -> (out_p [B,
-        Tl, H, Dv] float32, lse_p [B, Tl, H])``: idle first, then one per block table."""
+    def attend(s, table, count):
+        """Step s's partial attention for one block table: ``f(q, k, v, km, q_seg, kv_seg,
+        rng) -> (out_p [B, Tl, H, Dv] float32, lse_p [B, Tl, H])``."""
 
-        def idle(q, k, v, km, q_seg, kv_seg, rng):
-            del k, km, q_seg, kv_seg, rng
-            return jnp.zeros((b, tl, h, dv), jnp.float32), jnp.full((b, tl, h), -jnp.inf)
+        def branch(q, k, v, km, q_seg, kv_seg, rng):
+            segs = None if q_seg is None else (q_seg, kv_seg)
+            out, lse_BHT = blockwise.blockwise_attention(
+                q, k, v, table=table, count=count, block_q=bs, block_k=bs, causal=False,
+                mask=km, segment_ids=segs, mask_fn=mask_fn_at(s),
+                dropout_rng=None if rng is None else jax.random.fold_in(rng, s),
+                return_lse=True, **engine_kwargs,
+            )  # fmt: skip
+            return out.astype(jnp.float32), lse_BHT.transpose(0, 2, 1)
 
-        def attend(table, count):
-            def branch(q, k, v, km, q_seg, kv_seg, rng):
-                segs = None if q_seg is None else (q_seg, kv_seg)
-                out, lse_BHT = blockwise.blockwise_attention(
-                    q, k, v, table=table, count=count, block_q=bs, block_k=bs, causal=False,
-                    mask=km, segment_ids=segs, mask_fn=mask_fn_at(s), dropout_rng=rng,
-                    return_lse=True, **engine_kwargs,
-                )  # fmt: skip
-                return out.astype(jnp.float32), lse_BHT.transpose(0, 2, 1)
+        return branch
 
-            return branch
+    def table_of(seg):
+        """``(fns, index [len(seg), n])``: the segment's branches (idle first) and each
+        device's branch at each of its steps."""
+        fns, index = [None], np.zeros((len(seg), n), np.int32)
+        for j, (i, s) in enumerate(seg):
+            tables = sched.branches[i][1:]
+            index[j] = np.where(sched.which[i] > 0, sched.which[i] + len(fns) - 1, 0)
+            fns.extend(attend(s, *tc) for tc in tables)
+        return fns, index
 
-        return [idle] + [attend(*tc) for tc in sched.branches[sched.steps.index(s)][1:]]
-
-    def switch(s, fns, *operands):
-        """This device's branch of step s (no switch when every device runs the same)."""
-        i = sched.steps.index(s)
-        if len(sched.active[i]) == n and len(fns) == 2:
+    def switch(fns, index, j, operands):
+        """This device's branch (no switch when every device always runs the same one)."""
+        if len(fns) == 2 and (index == 1).all():
             return fns[1](*operands)
-        idx = jnp.asarray(sched.which[i])[jax.lax.axis_index(ring.AXIS)]
+        idx = jnp.asarray(index)[j, jax.lax.axis_index(ring.AXIS)]
         return jax.lax.switch(idx, fns, *operands)
 
-    def step_rng(rng, s):
-        return None if rng is None else jax.random.fold_in(rng, s)
+    def idle_out(q, k, v, *_):
+        b, tl, h, _ = q.shape
+        return jnp.zeros((b, tl, h, v.shape[-1]), jnp.float32), jnp.full((b, tl, h), -jnp.inf)
 
-    def pair(s, q, k, v, q_seg, kv_aux, rng):
-        """Partial attention of the local queries to the visitor of step s."""
-        km, kv_seg = kv_aux
-        fns = branches(s, *q.shape[:3], v.shape[-1])
-        return switch(s, fns, q, k, v, km, q_seg, kv_seg, step_rng(rng, s))
+    def grads_of(f):
+        def grads(q, k, v, km, q_seg, kv_seg, rng, g32, out32, lse_safe):
+            """``(dq, dk, dv)`` float32 of one partial attention for the global cotangent
+            (taken inside every branch: a VJP of the switch would keep the residuals of
+            all branches)."""
+            (out_p, lse_p), vjp = jax.vjp(
+                lambda q_, k_, v_: f(q_, k_, v_, km, q_seg, kv_seg, rng), q, k, v
+            )
+            w = jnp.where(jnp.isfinite(lse_p), jnp.exp(lse_p - lse_safe), 0.0)
+            g_lse = w * jnp.sum(g32 * (out_p - out32), axis=-1)
+            return tuple(x.astype(jnp.float32) for x in vjp((w[..., None] * g32, g_lse)))
 
-    def pair_grads(s, q, k, v, q_seg, kv_aux, rng, g32, out32, lse_safe):
-        """``(dq, dk, dv)`` float32 of step s's partial attention for the global cotangent
-        (the VJP is taken inside every branch: a VJP of the switch would keep the residuals
-        of all branches)."""
-        km, kv_seg = kv_aux
+        return grads
 
-        def grads_of(f):
-            def grads(q, k, v, km, q_seg, kv_seg, rng, g32, out32, lse_safe):
-                (out_p, lse_p), vjp = jax.vjp(
-                    lambda q_, k_, v_: f(q_, k_, v_, km, q_seg, kv_seg, rng), q, k, v
-                )
-                w = jnp.where(jnp.isfinite(lse_p), jnp.exp(lse_p - lse_safe), 0.0)
-                g_lse = w * jnp.sum(g32 * (out_p - out32), axis=-1)
-                return tuple(x.astype(jnp.float32) for x in vjp((w[..., None] * g32, g_lse)))
+    def idle_grads(q, k, v, *_):
+        return tuple(jnp.zeros(x.shape, jnp.float32) for x in (q, k, v))
 
-            return grads
-
-        def idle(q, k, v, *_):
-            return tuple(jnp.zeros(x.shape, jnp.float32) for x in (q, k, v))
-
-        fns = branches(s, *q.shape[:3], v.shape[-1])
-        fns = [idle] + [grads_of(f) for f in fns[1:]]
-        operands = (q, k, v, km, q_seg, kv_seg, step_rng(rng, s), g32, out32, lse_safe)
-        return switch(s, fns, *operands)
-
-    def fetch(s, i, x, done):
-        """The visitor of step s from its home device (only active devices receive). With
-        ``done`` (the accumulator after executed step i - 2) the transfer waits for it, so
-        at most two visitors are live: the one in use and the one in flight."""
+    def fetch(seg, x, done):
+        """The visitor of the segment's first step from its home device: only the devices
+        with work receive, unless the K/V travel on through a loop. With ``done`` (the
+        accumulator two steps back) the transfer waits for it (at most two visitors live)."""
+        i, s = seg[0]
         if s == 0:
             return x
         if done is not None:
             x, _ = jax.lax.optimization_barrier((x, done))
-        return ring._ppermute(x, [((r - s) % n, r) for r in sched.active[i]])
+        receivers = range(n) if len(seg) > 1 else sched.active[i]
+        return ring._ppermute(x, [((r - s) % n, r) for r in receivers])
 
-    def after(history, i):
-        return history[i - 2] if LOOKAHEAD and i >= 2 else None
-
-    def send_home(s, i, x):
+    def send_home(seg, x):
+        """dK/dV of the segment's last visitor back to its home device."""
+        i, s = seg[-1]
         if s == 0:
             return x
-        return ring._ppermute(x, [(r, (r - s) % n) for r in sched.active[i]])
+        senders = range(n) if len(seg) > 1 else sched.active[i]
+        return ring._ppermute(x, [(r, (r - s) % n) for r in senders])
+
+    def after(history):
+        return history[-2] if LOOKAHEAD and len(history) >= 2 else None
+
+    def merge(acc, part):
+        if acc is None:
+            return part
+        return numerics.merge_lse([acc[0], part[0]], [acc[1], part[1]], return_lse=True)
 
     def forward(q, k, v, aux):
         q_seg, kv_aux, rng = aux
-        out = lse = None
-        history = []
-        for i, s in enumerate(sched.steps):
-            k_s, v_s, kv_aux_s = fetch(s, i, (k, v, kv_aux), after(history, i))
-            out_p, lse_p = pair(s, q, k_s, v_s, q_seg, kv_aux_s, rng)
-            if out is None:
-                out, lse = out_p, lse_p
-            else:
-                out, lse = numerics.merge_lse([out, out_p], [lse, lse_p], return_lse=True)
-            history.append(out)
-        if out is None:  # the pattern is empty everywhere
-            b, tl, h, _ = q.shape
-            out = jnp.zeros((b, tl, h, v.shape[-1]), jnp.float32)
-            lse = jnp.full((b, tl, h), -jnp.inf)
+        acc, history = None, []
+        for seg in segments(sched.steps):
+            fns, index = table_of(seg)
+            fns[0] = idle_out
+            kv = fetch(seg, (k, v, kv_aux), after(history))
+
+            def run(j, kv, fns=fns, index=index):
+                k_s, v_s, (km, kv_seg) = kv
+                return switch(fns, index, j, (q, k_s, v_s, km, q_seg, kv_seg, rng))
+
+            acc = merge(acc, run(0, kv))
+            if len(seg) > 1:
+
+                def body(j, carry, run=run):
+                    kv, acc = carry
+                    kv = ring._ppermute(kv, rotate)
+                    return kv, merge(acc, run(j, kv))
+
+                _, acc = jax.lax.fori_loop(1, len(seg), body, (kv, acc))
+            history.append(acc[0])
+        if acc is None:  # the pattern is empty everywhere
+            acc = idle_out(q, k, v)
+        out, lse = acc
         return out.astype(q.dtype), lse
 
     @jax.custom_vjp
@@ -429,13 +459,29 @@ def _ring_core(sched: Schedule, fn, n, bs, causal, engine_kwargs):
         dq = jnp.zeros(q.shape, f32)
         dk, dv = jnp.zeros(k.shape, f32), jnp.zeros(v.shape, f32)
         history = []
-        for i, s in enumerate(sched.steps):
-            k_s, v_s, kv_aux_s = fetch(s, i, (k, v, kv_aux), after(history, i))
-            dq_s, dk_s, dv_s = pair_grads(
-                s, q, k_s, v_s, q_seg, kv_aux_s, rng, g32, out32, lse_safe
-            )
-            dk_s, dv_s = send_home(s, i, (dk_s, dv_s))
-            dq, dk, dv = dq + dq_s, dk + dk_s, dv + dv_s
+        for seg in segments(sched.steps):
+            fns, index = table_of(seg)
+            fns = [idle_grads] + [grads_of(f) for f in fns[1:]]
+            kv = fetch(seg, (k, v, kv_aux), after(history))
+
+            def run(j, kv, fns=fns, index=index):
+                k_s, v_s, (km, kv_seg) = kv
+                operands = (q, k_s, v_s, km, q_seg, kv_seg, rng, g32, out32, lse_safe)
+                return switch(fns, index, j, operands)
+
+            dq_s, dk_s, dv_s = run(0, kv)
+            dq = dq + dq_s
+            if len(seg) > 1:
+
+                def body(j, carry, run=run):
+                    kv, dkv, dq = carry
+                    kv, dkv = ring._ppermute((kv, dkv), rotate)
+                    dq_s, dk_s, dv_s = run(j, kv)
+                    return kv, (dkv[0] + dk_s, dkv[1] + dv_s), dq + dq_s
+
+                _, (dk_s, dv_s), dq = jax.lax.fori_loop(1, len(seg), body, (kv, (dk_s, dv_s), dq))
+            dk_s, dv_s = send_home(seg, (dk_s, dv_s))
+            dk, dv = dk + dk_s, dv + dv_s
             history.append(dq)
         return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None
 

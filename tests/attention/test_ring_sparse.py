@@ -137,12 +137,17 @@ def _ppermutes(options, n, causal, t=32) -> int:
 
 
 def test_skipped_steps_send_nothing():
+    """Unrolled steps: forward k, v per executed step s > 0; backward k, v again and dK, dV
+    home. A run of >= ``LOOP_MIN`` consecutive steps is one loop (ppermutes in its body)."""
     n = 4
-    full = dict(mask_fn=_everything, block_size=4)
-    # forward: k, v per executed step s > 0; backward: k, v again and dK, dV home
-    assert _ppermutes(full, n, False) == 6 * (n - 1)
-    assert _ppermutes(WINDOW, n, True) == 6 * 1  # steps 0 and 1 only
+    assert _ppermutes(WINDOW, n, True) == 6 * 1  # steps 0 and 1 only, of n
     assert _ppermutes(WINDOW, n, False) == 6 * 2  # steps 0, 1 and n - 1
+    full = dict(mask_fn=_everything, block_size=4)
+    # one loop of n steps: k, v in the forward body; k, v, dK, dV in the backward body,
+    # then dK, dV home
+    assert _ppermutes(full, n, False) == 2 + 4 + 2
+    assert ring_sparse.segments((0, 1, 7)) == [[(0, 0)], [(1, 1)], [(2, 7)]]
+    assert ring_sparse.segments((0, 1, 2, 5)) == [[(0, 0), (1, 1), (2, 2)], [(3, 5)]]
 
 
 def _everything(q, k):
