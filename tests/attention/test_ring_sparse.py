@@ -108,6 +108,39 @@ def test_both_placements_equal_one_device_without_masks(placement):
     _check("flex", BIGBIRD, 2, True, masked=False, placement=placement)
 
 
+@pytest.mark.slow
+def test_a_loop_and_unrolled_steps_together_equal_one_device():
+    # window 6 on shards of 4, bidirectional, n = 6: steps 0, 1, 2 (a loop), 4 and 5
+    options = dict(pattern="sliding_window", window=6, block_size=2)
+    assert _schedule(options, 6, False, t=24).steps == (0, 1, 2, 4, 5)
+    _check("flex", options, 6, False)
+
+
+@pytest.mark.slow
+def test_dropout_gradient_matches_finite_differences():
+    """With dropout the ring has no one-device twin (other random stream): its custom VJP
+    is checked against central differences of its own forward pass."""
+    qkv, _, kw = _inputs()
+    rng = jax.random.key(3)
+
+    def loss(q, k, v):
+        out = ring_sparse.ring_sparse_attention(
+            q, k, v, mechanism="flex", causal=True, dropout_rate=0.25, dropout_rng=rng,
+            **BIGBIRD, **kw,
+        )  # fmt: skip
+        return jnp.sum(jnp.sin(out))
+
+    dirs = [jax.random.normal(jax.random.key(10 + i), x.shape) for i, x in enumerate(qkv)]
+    with jax.set_mesh(_mesh(3)):
+        f = jax.jit(loss)
+        grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(*qkv)
+        eps = 1e-2
+        plus = f(*(x + eps * d for x, d in zip(qkv, dirs, strict=True)))
+        minus = f(*(x - eps * d for x, d in zip(qkv, dirs, strict=True)))
+    directional = sum(jnp.vdot(g, d) for g, d in zip(grads, dirs, strict=True))
+    np.testing.assert_allclose((plus - minus) / (2 * eps), directional, rtol=2e-2)
+
+
 def _schedule(options, n, causal, t=64):
     fn, bs = ring_sparse.ring_pattern("flex", options, t=t, num_heads=2, causal=causal)
     return ring_sparse.choose_schedule(fn, t, n, min(bs, t // n), causal)
