@@ -38,6 +38,9 @@ the ``sequence`` axis of the ambient mesh, ``jax.set_mesh``):
 when the heads divide the axis (each device sends ``4 (n-1)/n^2`` of its ``T H D`` q/k/v/out
 elements per layer, against ``2 (n-1)/n`` of them for the ring), else the ring.
 
+Block-sparse and ``flex`` patterns run on the ring in ``seqjax.attention.ring_sparse``
+(ring steps the pattern leaves empty are skipped).
+
 Masks: ``mask`` (``[B, S]`` key padding) and ``segment_ids`` travel with their keys (ring) or
 are gathered (all-to-all); causal is bottom-right aligned as in ``seqjax.attention.masks``,
 and both need self-attention (``T == S``). Dropout masks differ from ``chunked``'s (same

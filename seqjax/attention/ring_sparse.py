@@ -14,12 +14,15 @@ Milakov & Gimelshein 2018 applied to whole shards).
 * a ring step at which no device has a non-empty block pair is **skipped entirely** (no
   ``ppermute``, no compute): a sliding window narrower than a shard runs steps 0 and 1
   (causal) or 0, 1 and n - 1 (bidirectional) instead of n;
-* an executed step fetches the visitor's K/V straight from its home device, one
-  ``ppermute`` with shift s (= the skipped steps + 1 after the previous executed step, when
-  counted from the home copy) whose permutation lists only the devices that have work at
-  that step (idle devices neither receive nor compute);
+* an isolated executed step fetches the visitor's K/V straight from its home device: one
+  ``ppermute`` with shift s (so K/V jump over the skipped steps) whose permutation lists
+  only the devices that have work at that step (idle devices neither receive nor
+  compute); a run of ``LOOP_MIN`` or more consecutive executed steps is one ``fori_loop``
+  in which the K/V travel one hop per step as in the dense ring (buffers reused by
+  construction: unrolled steps did not share buffers on XLA:CPU, see
+  ``experiments/context_parallel``);
 * on each device the step runs a ``lax.switch`` over the distinct block tables of that
-  step (indexed by ``axis_index``); an idle device takes the empty branch.
+  step (indexed by ``axis_index`` and the step); an idle device takes the empty branch.
 
 **Placement.** ``contiguous`` (device r holds positions ``[r Tl, (r + 1) Tl)``) or
 ``zigzag`` (Brandon et al. 2023 §3, as the dense causal ring: halves r and 2n-1-r). The
@@ -33,8 +36,10 @@ steps); causal BigBird or strided patterns go zigzag.
 out, lse`` (O(T/n) per device); the backward replays the schedule, fetches each visitor's
 K/V again, recomputes the partial attention and takes its VJP with cotangents
 ``w g`` and ``w rowsum(g (out_p - out))``, ``w = exp(lse_p - lse)`` (the exact terms of the
-global softmax backward, see ``ring``), and sends the visitor's dK/dV straight back home
-with the inverse partial ``ppermute``.
+global softmax backward, see ``ring``), and sends the visitor's dK/dV back home with the
+inverse ``ppermute`` (in a loop they travel with the K/V and go home after its last step).
+The VJP is taken inside every switch branch (a VJP of the switch would keep the residuals
+of all branches).
 
 Mechanisms (``ring_pattern``): ``sparse_strided``/``sparse_fixed`` (Child et al. 2019,
 §4.2-4.3, every head mode) and ``flex`` (named patterns, BigBird's block layout, a user

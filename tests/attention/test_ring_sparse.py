@@ -203,6 +203,25 @@ def test_refusals_and_config_problems():
         ring_sparse.ring_sparse_attention(*qkv, mechanism="sparse_strided", stride=4, block_size=3)
 
 
+def test_config_validation_accepts_patterns_and_checks_the_length(corpus):  # noqa: F811
+    from seqjax.train import config_validation
+
+    def problems(**extra):
+        config = tiny_config(corpus, **{"model.attention": "flex", **extra})
+        config.model.attention_options = {"flex": dict(WINDOW)}
+        try:
+            config_validation.validate(config, num_devices=8, process_count=1)
+        except config_validation.ConfigError as e:
+            return str(e)
+        return ""
+
+    assert problems(**{"mesh.sequence": 4}) == ""
+    msg = problems(**{"mesh.sequence": 4, "data.seq_len": 30})
+    assert "config.mesh.sequence=4: the input length 30" in msg
+    msg = problems(**{"mesh.sequence": 4, "model.positional": "alibi"})
+    assert "config.model.positional='alibi'" in msg
+
+
 @pytest.mark.slow
 def test_training_losses_on_sequence_4_equal_one_device(corpus):  # noqa: F811
     from tests.train.test_sequence_parallel import _losses
