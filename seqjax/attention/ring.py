@@ -38,6 +38,9 @@ the ``sequence`` axis of the ambient mesh, ``jax.set_mesh``):
 when the heads divide the axis (each device sends ``4 (n-1)/n^2`` of its ``T H D`` q/k/v/out
 elements per layer, against ``2 (n-1)/n`` of them for the ring), else the ring.
 
+Block-sparse and ``flex`` patterns run on the ring in ``seqjax.attention.ring_sparse``
+(ring steps the pattern leaves empty are skipped).
+
 Masks: ``mask`` (``[B, S]`` key padding) and ``segment_ids`` travel with their keys (ring) or
 are gathered (all-to-all); causal is bottom-right aligned as in ``seqjax.attention.masks``,
 and both need self-attention (``T == S``). Dropout masks differ from ``chunked``'s (same
@@ -436,19 +439,16 @@ _REFUSALS = {
     "relative": "Transformer-XL's relative attention shifts position scores across the whole "
     "segment and attends to a memory of earlier segments, neither of which is split along "
     "the sequence",
-    "sparse_strided": "block-sparse patterns are not run on the ring (ring steps the pattern "
-    "leaves empty are not skipped yet)",
-    "sparse_fixed": "block-sparse patterns are not run on the ring (ring steps the pattern "
-    "leaves empty are not skipped yet)",
-    "flex": "flex patterns are not run on the ring (ring steps the pattern leaves empty are "
-    "not skipped yet)",
 }
 # dense/causal run as ring or all-to-all attention; Linformer runs sequence-sharded as it is:
 # its projections E K and F V contract the sharded sequence axis (E is sharded along it by
 # the logical axis 'length'), which the SPMD partitioner turns into per-shard products and
 # an all-reduce (the psum of per-shard projections), no all-gather (tested).
+# The block-sparse and flex patterns run on the ring with their empty steps skipped
+# (``seqjax.attention.ring_sparse``).
 RING_MECHANISMS = ("dense", "causal")
-SEQUENCE_PARALLEL_MECHANISMS = (*RING_MECHANISMS, "linformer")
+RING_SPARSE_MECHANISMS = ("sparse_strided", "sparse_fixed", "flex", "local")
+SEQUENCE_PARALLEL_MECHANISMS = (*RING_MECHANISMS, "linformer", *RING_SPARSE_MECHANISMS)
 SEQUENCE_PARALLEL_IMPLEMENTATIONS = ("auto", "ring", "ulysses")
 
 
@@ -489,5 +489,26 @@ def config_problems(
             f"the input length {length} (config.data.seq_len/max_len) must be a multiple of "
             f"{chunks} = {'2 x ' if uses_ring else ''}config.mesh.sequence for "
             f"{'ring (zigzag causal placement)' if uses_ring else 'all-to-all'} attention"
+        )
+    return out
+
+
+def sparse_config_problems(names, *, length: int, n: int, positional: str) -> list[str]:
+    """Problems of the block-sparse/flex layers ``names`` on a ``sequence`` axis of ``n``
+    devices (``ring_sparse``; one sentence each, config validation prefixes the field)."""
+    used = [nm for nm in names if nm in RING_SPARSE_MECHANISMS]
+    if n <= 1 or not used:
+        return []
+    out = []
+    if length % n:
+        out.append(
+            f"the input length {length} (config.data.seq_len/max_len) must be a multiple of "
+            f"config.mesh.sequence={n} for {', '.join(used)} on the ring"
+        )
+    if positional in ("alibi", "t5_bias"):
+        out.append(
+            f"{', '.join(used)} on the ring cannot add the score bias of "
+            f"config.model.positional={positional!r}; valid there: a position embedding or "
+            "'rope'"
         )
     return out

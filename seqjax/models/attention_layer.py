@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from seqjax import attention as attention_lib
+from seqjax.attention import ring_sparse
 from seqjax.attention import score_mod as score_mod_lib
 
 Dtype = Any
@@ -209,7 +210,8 @@ class MultiHeadAttention(nn.Module):
             causal = False  # the cache mask already hides future slots
         elif self_cache:
             self._update_cache(k_BSHD, v_BSHD)  # creates the cache at full length
-        out_BTHD = mech.fn(
+        fn = ring_sparse.dispatch(self.mechanism, mech.fn)  # ring steps on a sequence axis
+        out_BTHD = fn(
             q_BTHD, k_BSHD, v_BSHD, causal=causal, mask=mask_BS, segment_ids=segment_ids, **kwargs
         )
         return HeadsOutput(

@@ -144,6 +144,9 @@ def validate(config, *, num_devices: int | None = None, process_count: int | Non
             length = input_length(config) if d.name in DATASETS else 0
             if "linformer" in names and length % sp:
                 bad("mesh.sequence", sp, f"a divisor of the input length {length} (linformer)")
+            errors.extend(f"config.mesh.sequence={sp}: {why}" for why in
+                          ring.sparse_config_problems(names, length=length, n=sp,
+                                                      positional=m.positional))  # fmt: skip
             for name in (nm for nm in names if nm in ring.RING_MECHANISMS):
                 impl = dict(options.get(name, {}) or {}).get("implementation", "auto")
                 errors.extend(f"config.mesh.sequence={sp} with config.model.attention_options."
