@@ -115,7 +115,9 @@ def step(state: dict, q_B1HD, v_B1HD, i, *, rng, options: dict, scale=None):
     buckets, ranks = put(state["buckets"], bucket_BHR), put(state["ranks"], rank_BHR)
     qf = q_B1HD.astype(jnp.float32)
     k_new = (qf * jax.lax.rsqrt(jnp.sum(qf * qf, -1, keepdims=True) + 1e-12)).astype(q_B1HD.dtype)
-    keys = jax.lax.dynamic_update_slice_in_dim(state["keys"], k_new.astype(state["keys"].dtype), i, 1)
+    keys = jax.lax.dynamic_update_slice_in_dim(
+        state["keys"], k_new.astype(state["keys"].dtype), i, 1
+    )
     values = jax.lax.dynamic_update_slice_in_dim(
         state["values"], v_B1HD.astype(state["values"].dtype), i, 1
     )
@@ -125,7 +127,7 @@ def step(state: dict, q_B1HD, v_B1HD, i, *, rng, options: dict, scale=None):
     pos_L = jnp.arange(length)
     real_L = pos_L <= i
     sorted_BHRL = jnp.take_along_axis(before_BHRK, buckets, -1) + ranks
-    sorted_BHRL = jnp.where(real_L, sorted_BHRL, length)  # unwritten slots: a dump index
+    sorted_BHRL = jnp.where(real_L[None, None, None], sorted_BHRL, length)  # unwritten slots: a dump index
     r_BHR = jnp.take_along_axis(before_BHRK, bucket_BHR[..., None], -1)[..., 0] + rank_BHR
     # Invert: the position at each sorted index (one scatter; index L collects the rest).
     bi, hi, ri = jnp.ogrid[:b, :h, :rounds]
@@ -138,7 +140,7 @@ def step(state: dict, q_B1HD, v_B1HD, i, *, rng, options: dict, scale=None):
     lo_BHR = (chunk_BHR - s["before"]) * c
     hi_BHR = (chunk_BHR + 1 + s["after"]) * c
     w = c * (1 + s["before"] + s["after"])
-    idx_BHRW = lo_BHR[..., None] + jnp.arange(w)
+    idx_BHRW = lo_BHR[..., None] + jnp.arange(w)[None, None, None]
     in_window = (idx_BHRW >= 0) & (idx_BHRW < hi_BHR[..., None]) & (idx_BHRW <= i)
     pos_BHRW = jnp.take_along_axis(inv_BHRS, jnp.clip(idx_BHRW, 0, length), -1)
     valid_BHRW = in_window & (pos_BHRW >= 0)

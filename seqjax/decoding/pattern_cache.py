@@ -167,9 +167,9 @@ def _strided_buffers(stride: int, length: int):
     """Every position (slot = position); step i gathers the ``stride`` previous positions
     and the column ``i - m stride``, m >= 2."""
     n_col = max(0, (length - 1) // stride - 1)
-    offsets = np.concatenate(
-        [np.arange(1, stride + 1), stride * np.arange(2, 2 + n_col)]
-    ).astype(np.int32)
+    offsets = np.concatenate([np.arange(1, stride + 1), stride * np.arange(2, 2 + n_col)]).astype(
+        np.int32
+    )
     offsets_n = jnp.asarray(offsets)
 
     def read(i):
@@ -219,7 +219,9 @@ def make_plan(mechanism: str, options, num_heads: int, length: int | None) -> Pl
         desc = f"local: ring of {block - 1} (the current block): O(block_len)"
     elif mechanism == "flex":
         keys = ("window", "dilation", "num_global", "stride", "c")
-        pattern = flex.make_pattern(options["pattern"], **{k: options[k] for k in keys if k in options})
+        pattern = flex.make_pattern(
+            options["pattern"], **{k: options[k] for k in keys if k in options}
+        )
         visible = _same_for_heads(pattern, num_heads)
         kind = pattern.kind
         if kind in ("sliding_window", "dilated"):
@@ -322,7 +324,7 @@ def step(plan: Plan, buffers: dict, q_B1HD, k_B1HD, v_B1HD, i, *, score_mod=None
         positions.append(pos.astype(jnp.int32))
     k_BNHD, v_BNHD = jnp.concatenate(keys, 1), jnp.concatenate(values, 1)
     pos_N = jnp.concatenate(positions)
-    valid_HN = plan.visible(i, pos_N) & (pos_N >= 0) & (pos_N <= i)
+    valid_HN = plan.visible(i, pos_N) & ((pos_N >= 0) & (pos_N <= i))[None, :]
     bias = None
     if score_mod is not None:
         bias = score_mod.bias(score_mod.params, i[None], pos_N)[None]  # [1, H, 1, N]

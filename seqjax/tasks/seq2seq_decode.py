@@ -27,9 +27,16 @@ from seqjax.models.layers import decodes_with_cache
 
 
 def uses_cache(model_cfg) -> bool:
-    """Whether every decoder self-attention layer decodes with a cache: a KV cache (dense,
-    causal) or a fixed-size recurrent state (linear, Performer)."""
-    return all(decodes_with_cache(name) for name, _ in model_cfg.decoder_attention)
+    """Whether every decoder self-attention layer decodes with a cache (``layers.cache_kind``:
+    KV cache, recurrent state, pattern ring buffers, LSH) that reproduces the full forward
+    (``seqjax.decoding.lsh_cache.model_exact``)."""
+    from seqjax.decoding import lsh_cache
+
+    view = model_cfg.decoder_config()
+    return (
+        all(decodes_with_cache(name, options) for name, options in model_cfg.decoder_attention)
+        and lsh_cache.model_exact(view.layer_attention, view.num_layers, view.max_len)[0]
+    )
 
 
 @functools.lru_cache(maxsize=16)
