@@ -127,7 +127,9 @@ def step(state: dict, q_B1HD, v_B1HD, i, *, rng, options: dict, scale=None):
     pos_L = jnp.arange(length)
     real_L = pos_L <= i
     sorted_BHRL = jnp.take_along_axis(before_BHRK, buckets, -1) + ranks
-    sorted_BHRL = jnp.where(real_L[None, None, None], sorted_BHRL, length)  # unwritten slots: a dump index
+    sorted_BHRL = jnp.where(
+        real_L[None, None, None], sorted_BHRL, length
+    )  # unwritten slots: a dump index
     r_BHR = jnp.take_along_axis(before_BHRK, bucket_BHR[..., None], -1)[..., 0] + rank_BHR
     # Invert: the position at each sorted index (one scatter; index L collects the rest).
     bi, hi, ri = jnp.ogrid[:b, :h, :rounds]

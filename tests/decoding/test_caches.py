@@ -174,8 +174,13 @@ def test_sliding_window_alibi_model_cached_equals_full_forward():
     np.testing.assert_allclose(cached, full, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("opts", [dict(chunk_len=4, n_hashes=2),
-                                  dict(chunk_len=2, n_chunks_after=1, n_buckets=(2, 2))])  # fmt: skip
+LSH_LAYER_OPTIONS = [
+    dict(chunk_len=4, n_hashes=2),
+    dict(chunk_len=2, n_chunks_after=1, n_buckets=(2, 2)),
+]
+
+
+@pytest.mark.parametrize("opts", LSH_LAYER_OPTIONS)
 def test_lsh_layer_step_equals_the_chunked_forward_of_every_prefix(opts):
     """One layer: the cached step's output at position i equals ``lsh_attention`` on the
     (i+1)-token prefix (later positions masked, as ``seqjax.sample`` conditions) at its last
@@ -253,3 +258,25 @@ def test_patterns_without_a_cache_are_named():
     )  # fmt: skip
     with pytest.raises(ValueError, match="no decoding cache"):
         pattern_cache.make_plan("flex", dict(pattern="bigbird"), 2, 16)
+
+
+@pytest.mark.slow  # compiles two beam searches (~30 s on 2 cores)
+def test_seq2seq_beam_search_with_a_sliding_window_decoder_uses_its_cache():
+    from seqjax.models.encoder_decoder import EncoderDecoder, EncoderDecoderConfig
+    from seqjax.tasks import seq2seq_decode
+
+    window = dict(pattern="sliding_window", window=2, block_size=4)
+    cfg = EncoderDecoderConfig(
+        vocab_size=13, encoder_layers=1, decoder_layers=2, num_heads=2, d_model=16, d_ff=32,
+        max_source_len=7, max_target_len=8,
+        decoder_attention=attention_cycle("flex", {"flex": window}),
+    )  # fmt: skip
+    assert seq2seq_decode.uses_cache(cfg)
+    source = jnp.asarray(np.random.default_rng(0).integers(4, 13, (3, 7)), jnp.int32)
+    params = EncoderDecoder(cfg).init(jax.random.key(1), source, jnp.zeros((3, 8), jnp.int32))
+    params = jax.tree.map(lambda p: p * 3.0, params["params"])
+    kw = dict(beam_size=3, alpha=0.6, max_len=8, eos_id=3)
+    t1, s1 = seq2seq_decode.make_translate_fn(cfg, **kw)(params, source)
+    t2, s2 = seq2seq_decode.make_translate_fn(cfg, **kw, force_recompute=True)(params, source)
+    np.testing.assert_array_equal(np.asarray(t1), np.asarray(t2))
+    np.testing.assert_allclose(np.asarray(s1), np.asarray(s2), rtol=1e-5, atol=1e-5)
