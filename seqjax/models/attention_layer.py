@@ -320,27 +320,27 @@ class MultiHeadAttention(nn.Module):
 
     def _indexed_step(self, kind, mech, q_BTHD, k_BTHD, v_BTHD, kwargs, options):
         """Decoding through a position-indexed cache: the pattern buffers of
-        ``seqjax.decoding.pattern_cache`` (``window_key``, ...) or LSH's sorted-chunk cache
-        (``seqjax.decoding.lsh_cache``), with the counter ``cache_index``. The init call
-        runs the full forward on its ``[B, L, ...]`` input and creates the empty cache."""
+        ``seqjax.decoding.pattern_cache`` (cache entry ``buffers``: ``{name: (keys,
+        values)}``) or LSH's sorted-chunk cache (``seqjax.decoding.lsh_cache``, entry
+        ``lsh``), with the counter ``cache_index``. The init call runs the full forward on
+        its ``[B, L, ...]`` input and creates the empty cache (L = ``max_len`` if set)."""
         b, t, h, d = q_BTHD.shape
         dv = v_BTHD.shape[-1]
         init = self.is_initializing()
+        name = "lsh" if kind == "lsh" else "buffers"
+        if not init and not self.has_variable("cache", name):
+            raise ValueError("decode=True needs the cache created by init (collection 'cache')")
         length = self.max_len or (t if init else None)
         idx = self.variable("cache", "cache_index", lambda: jnp.zeros((), jnp.int32))
         score_mod = kwargs.pop("score_mod", None)
         if kind == "lsh":
             if score_mod is not None:
                 raise ValueError("LSH attention takes no score bias (model.positional)")
-            if init:
-                length = length or t
             state0 = lambda: lsh_cache.init_state(  # noqa: E731
                 b, length, h, d, dv, options, self.dtype
             )
             var = self.variable("cache", "lsh", state0)
         else:
-            if init and length is None:
-                length = t
             plan = pattern_cache.make_plan(self.mechanism, options, h, length)
             buffers0 = lambda: pattern_cache.init_buffers(plan, b, h, d, dv, self.dtype)  # noqa: E731
             var = self.variable("cache", "buffers", buffers0)
