@@ -280,3 +280,16 @@ def test_seq2seq_beam_search_with_a_sliding_window_decoder_uses_its_cache():
     t2, s2 = seq2seq_decode.make_translate_fn(cfg, **kw, force_recompute=True)(params, source)
     np.testing.assert_array_equal(np.asarray(t1), np.asarray(t2))
     np.testing.assert_allclose(np.asarray(s1), np.asarray(s2), rtol=1e-5, atol=1e-5)
+
+
+def test_sample_cli_says_which_decoding_mode_runs():
+    """``python -m seqjax.sample`` prints ``decoding: MODE (why)`` on stderr."""
+    import types
+
+    from seqjax import sample
+
+    run = types.SimpleNamespace(recurrence=None, model_cfg=_cfg("local", dict(block_len=4)))
+    assert sample._mode_line(run, "auto") == "cache (local: pattern)"
+    assert sample._mode_line(run, "recompute").startswith("recompute (decoding='recompute'")
+    run = types.SimpleNamespace(recurrence=object(), model_cfg=None)
+    assert sample._mode_line(run, "auto").startswith("memory")
