@@ -4,8 +4,10 @@ The model-specific half of decoding (``seqjax.decoding`` is the model-agnostic h
 source is encoded once, tiled to the K beams, and the decoder advances one token per step
 with its caches (``EncoderDecoder.step``: self-attention KV cache, cross-attention keys and
 values projected once per source; linear attention and Performer keep their O(1) recurrent
-state instead of a KV cache). A decoder whose self-attention has no cache (the other causal
-mechanisms) decodes by recomputation: a token buffer in the search
+state instead of a KV cache, windowed and sparse patterns their ring buffers and summary
+stores, LSH its sorted-chunk cache where exact: ``uses_cache``). A decoder whose
+self-attention has no such cache (flex bigbird or a user mask) decodes by recomputation:
+a token buffer in the search
 state, the full teacher-forced decoder run on it, the logits of the current position read
 (exact for causal attention: later buffer slots are never seen).
 
