@@ -59,6 +59,9 @@ from seqjax.attention import sparse_patterns as patterns
 SPARSE = ("sparse_strided", "sparse_fixed")
 FLEX_PATTERNS = ("sliding_window", "dilated", "global_tokens", "strided", "fixed")
 MECHANISMS = ("flex", "local", *SPARSE)
+# Buffers whose slot for position i is never read at step i with an older position (the
+# strided store: slot = position; the summary store: the current block is masked there).
+STORES = ("store", "summary", "sink")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +76,11 @@ class Plan:
       write: ``i -> ((slot, ok), ...)`` per buffer: where position i is stored (if ``ok``).
       visible: ``(i, pos_N) -> bool [H, N]``: the per-head pattern at absolute positions.
       scale: the mechanism's logit scale option (None: 1/sqrt(D)).
+      write_first: per buffer, whether position i may be written before the step reads
+        (its slot evicts nothing this step reads: the stores, not the rings). Writing
+        first lets XLA update a large buffer in place instead of copying it to keep the
+        old one readable (for the strided store at 8K: the difference between O(L) and
+        O(l + L/l) memory traffic per token).
     """
 
     description: str
@@ -81,6 +89,7 @@ class Plan:
     write: Callable
     visible: Callable
     scale: float | None = None
+    write_first: tuple = ()
 
 
 def supports(mechanism: str, options: dict | None = None) -> bool:
@@ -283,6 +292,7 @@ def make_plan(mechanism: str, options, num_heads: int, length: int | None) -> Pl
         write=lambda i: tuple(w(i) for _, _, _, w in buffers),
         visible=visible,
         scale=scale,
+        write_first=tuple(name in STORES for name, _, _, _ in buffers),
     )
 
 
@@ -314,9 +324,16 @@ def step(plan: Plan, buffers: dict, q_B1HD, k_B1HD, v_B1HD, i, *, score_mod=None
     if q_B1HD.shape[1] != 1:
         raise ValueError(f"decoding with a cache feeds one token per call; got {q_B1HD.shape[1]}")
     i = jnp.asarray(i, jnp.int32)
+    new = dict(buffers)
+    writes = plan.write(i)
+    first = plan.write_first or (False,) * len(plan.sizes)
+    for (name, _), (slot, ok), early in zip(plan.sizes, writes, first, strict=True):
+        if early:
+            kb, vb = buffers[name]
+            new[name] = (_write(kb, k_B1HD, slot, ok), _write(vb, v_B1HD, slot, ok))
     keys, values, positions = [k_B1HD], [v_B1HD], [i[None]]
     for (name, _), (slots, pos) in zip(plan.sizes, plan.read(i), strict=True):
-        kb, vb = buffers[name]
+        kb, vb = new[name]
         if slots is not None:
             kb, vb = jnp.take(kb, slots, axis=1), jnp.take(vb, slots, axis=1)
         keys.append(kb.astype(k_B1HD.dtype))
@@ -331,10 +348,10 @@ def step(plan: Plan, buffers: dict, q_B1HD, k_B1HD, v_B1HD, i, *, score_mod=None
     out = numerics.attend(
         q_B1HD, k_BNHD, v_BNHD, valid_HN[None, :, None, :], scale=plan.scale, bias=bias
     )
-    new = {}
-    for (name, _), (slot, ok) in zip(plan.sizes, plan.write(i), strict=True):
-        kb, vb = buffers[name]
-        new[name] = (_write(kb, k_B1HD, slot, ok), _write(vb, v_B1HD, slot, ok))
+    for (name, _), (slot, ok), early in zip(plan.sizes, writes, first, strict=True):
+        if not early:  # rings: the slot still holds a position this step reads
+            kb, vb = buffers[name]
+            new[name] = (_write(kb, k_B1HD, slot, ok), _write(vb, v_B1HD, slot, ok))
     return out, new
 
 
