@@ -147,9 +147,10 @@ def generate(
 
 def uses_kv_cache(model_cfg) -> bool:
     """True when ``generate`` decodes with caches by default (``decoding_mode`` "auto":
-    every layer, standard or reversible, has a cache that reproduces the full forward);
-    otherwise it recomputes the prefix per token."""
-    return decoding_mode(model_cfg, "auto")[0] == "cache"
+    every layer, standard or reversible, has a cache that reproduces the full forward, or
+    the mode of an enclosing ``forced_decoding`` block); otherwise it recomputes the prefix
+    per token. (The image sampler asks this too.)"""
+    return decoding_mode(model_cfg, _FORCED.get() or "auto")[0] == "cache"
 
 
 def prefix_logits(model, params, buf_L, i):

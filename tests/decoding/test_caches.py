@@ -238,6 +238,7 @@ def test_generate_uses_the_cache_by_default_and_equals_recomputation(caplog):
     cached = sampling.generate(cfg, params, prompt, 10, temperature=0.0)
     with sampling.forced_decoding("recompute"):
         recomputed = sampling.generate(cfg, params, prompt, 10, temperature=0.0)
+        assert not sampling.uses_kv_cache(cfg)  # the image sampler follows the block too
     np.testing.assert_array_equal(cached, recomputed)
     assert len(set(cached.tolist())) > 1
     with pytest.raises(ValueError, match="decoding='fast' is not one of"):
