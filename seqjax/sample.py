@@ -5,17 +5,24 @@
     python -m seqjax.sample --workdir IMAGE_RUN --length 16 --temperature 1 --out grid.png
 
 restores the newest complete checkpoint of a training workdir and prints the prompt
-followed by ``length`` generated characters (tokens). The decoding itself (KV cache, prefix
-recomputation, Transformer-XL memory as the cache) is ``seqjax.train.sampling``, reached
-through the run's task (``seqjax.tasks``): any task that ``generates`` can be sampled. An
-image model draws ``length`` images and writes them as one PNG grid to ``--out``.
+followed by ``length`` generated characters (tokens). The decoding itself (the layers'
+caches: KV cache, recurrent state, ring buffers and summary stores of the windowed and
+sparse patterns, LSH's sorted-chunk cache; prefix recomputation; Transformer-XL memory as
+the cache) is ``seqjax.train.sampling``, reached through the run's task
+(``seqjax.tasks``): any task that ``generates`` can be sampled. ``--decoding`` picks
+``auto`` (the caches where they reproduce the full forward, the default), ``cache`` or
+``recompute`` (for checking); the line ``decoding: MODE (why)`` on stderr says which ran.
+An image model draws ``length`` images and writes them as one PNG grid to ``--out``.
 """
 
 from __future__ import annotations
 
+import sys
+
 from absl import app, flags
 
 from seqjax import console
+from seqjax.train import sampling
 from seqjax.train.sampling import sample_text  # noqa: F401 (the LM's library entry point)
 
 
@@ -50,7 +57,28 @@ def _main(argv):
         prompt = f.out or prompt
         length = f.length if f["length"].present else 16
     task.check_sample_inputs(run, prompt, length)
-    text = task.sample(
+    print(f"decoding: {_mode_line(run, f.decoding)}", file=sys.stderr)
+    with sampling.forced_decoding(f.decoding):
+        text = _sample(task, run, state, prompt, length, f)
+    print(prompt + text)
+    if f.out and not task.sample_to_file:
+        with open(f.out, "w", encoding="utf-8") as out:
+            out.write(prompt + text)
+
+
+def _mode_line(run, decoding: str) -> str:
+    """``MODE (why)`` of ``seqjax.train.sampling.decoding_mode`` for this run's model."""
+    if run.recurrence is not None:
+        return "memory (the recurrent model's memory is its cache)"
+    try:
+        mode, why = sampling.decoding_mode(run.model_cfg, decoding)
+    except (AttributeError, TypeError):  # a generating task with another model kind
+        return f"{decoding} (the task's own decoder)"
+    return f"{mode} ({why})"
+
+
+def _sample(task, run, state, prompt, length, f) -> str:
+    return task.sample(
         run,
         state["params"],
         prompt,
@@ -60,10 +88,6 @@ def _main(argv):
         top_p=f.top_p,
         seed=f.seed,
     )
-    print(prompt + text)
-    if f.out and not task.sample_to_file:
-        with open(f.out, "w", encoding="utf-8") as out:
-            out.write(prompt + text)
 
 
 def cli():
@@ -86,6 +110,13 @@ def cli():
         "samples.png); text models: a file the sample is also written to.",
     )
     flags.DEFINE_integer("step", None, "Checkpoint step to sample from (default: the newest).")
+    flags.DEFINE_enum(
+        "decoding",
+        "auto",
+        list(sampling.DECODING_MODES),
+        "auto: the layers' decoding caches where they reproduce the full forward; cache: "
+        "the caches wherever every layer has one; recompute: recompute the prefix per token.",
+    )
     from seqjax.train import cli_inputs
 
     flags.DEFINE_multi_string("import", [], cli_inputs.IMPORT_HELP)

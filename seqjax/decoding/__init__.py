@@ -8,6 +8,10 @@ All searches share one model-agnostic interface, ``step_fn(tokens_N1, cache) ->
                                       beam_size=4, max_len=T, eos_id=EOS, alpha=0.6)
     seqs_BT, logprobs_B = sample_search(step_fn, cache, rng, batch_size=B, max_len=T,
                                         eos_id=EOS, temperature=0.8, top_p=0.9)
+
+The layers' decoding caches beyond the KV cache live here too, used by
+``MultiHeadAttention(decode=True)``: ``pattern_cache`` (ring buffers and summary stores of
+the windowed and Sparse Transformer patterns) and ``lsh_cache`` (LSH's sorted chunks).
 """
 
 from seqjax.decoding.beam import beam_search, check_beam

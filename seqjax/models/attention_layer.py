@@ -1,6 +1,8 @@
 """Multi-head attention over any registered mechanism: the Q/K/V/output projections, the
 decoding caches (a KV cache for the dense family, a fixed-size recurrent state for
-mechanisms with a ``decode_state`` hook, cross-attention keys/values projected once), and
+mechanisms with a ``decode_state`` hook, ring buffers and summary stores for the windowed
+and Sparse Transformer patterns (``seqjax.decoding.pattern_cache``), a sorted-chunk cache
+for LSH (``seqjax.decoding.lsh_cache``), cross-attention keys/values projected once), and
 the checks of what decodes with a cache. Re-exported by ``seqjax.models.layers``.
 
 Legend: B batch, T query length, S key length, H heads, D head dim, E model width (embed),
@@ -18,6 +20,7 @@ import jax.numpy as jnp
 from seqjax import attention as attention_lib
 from seqjax.attention import ring_sparse
 from seqjax.attention import score_mod as score_mod_lib
+from seqjax.decoding import lsh_cache, pattern_cache
 
 Dtype = Any
 
@@ -26,12 +29,26 @@ Dtype = Any
 KV_CACHE_MECHANISMS = ("dense", "causal")
 
 
-def decodes_with_cache(mechanism: str) -> bool:
-    """True when ``decode=True`` equals the full causal forward for this mechanism: a KV-cache
-    mechanism, or one with a fixed-size recurrent state (its ``decode_state`` hook)."""
+def cache_kind(mechanism: str, options=None) -> str | None:
+    """The decoding cache of causal ``mechanism`` with ``options`` (None: of some
+    configuration of it): ``"kv"`` (dense family), ``"recurrent"`` (``decode_state``:
+    linear, performer), ``"pattern"`` (ring buffers / summary stores: local, sparse_strided,
+    sparse_fixed, flex's named patterns but bigbird), ``"lsh"``, or None (no cache: the
+    prefix is recomputed)."""
     if mechanism in KV_CACHE_MECHANISMS:
-        return True
-    return attention_lib.spec(mechanism).decode_state is not None
+        return "kv"
+    if attention_lib.spec(mechanism).decode_state is not None:
+        return "recurrent"
+    if pattern_cache.supports(mechanism, None if options is None else dict(options)):
+        return "pattern"
+    return "lsh" if mechanism == "lsh" else None
+
+
+def decodes_with_cache(mechanism: str, options=None) -> bool:
+    """True when ``decode=True`` has a cache whose one-token outputs equal this layer's full
+    causal forward at the last position (``cache_kind``); for LSH see
+    ``seqjax.decoding.lsh_cache.model_exact`` for when a whole model's logits do."""
+    return cache_kind(mechanism, options) is not None
 
 
 class HeadsProjection(nn.Module):
@@ -104,11 +121,13 @@ class MultiHeadAttention(nn.Module):
       dropout_rate: dropout on attention probabilities.
       out_init_scale: variance multiplier of the output projection (1/(2N) residual scaling).
       dtype: compute dtype; parameters are ``param_dtype``.
-      decode: autoregressive decoding with a KV cache ("cache" collection), one token per
-        call; only causal attention of the dense family (``KV_CACHE_MECHANISMS``) or of a
-        mechanism with a recurrent state (``decode_state``: linear, performer, kept in the
-        cache as ``recurrent_state``); any other mechanism raises (its outputs are not a
-        function of cached keys alone).
+      decode: autoregressive decoding with a cache ("cache" collection), one token per
+        call; causal attention only, of a mechanism with a cache (``cache_kind``): a KV
+        cache (dense family, ``KV_CACHE_MECHANISMS``), a recurrent state (``decode_state``:
+        linear, performer, kept as ``recurrent_state``), ring buffers and summary stores
+        (local, sparse_strided, sparse_fixed, flex's named patterns but bigbird; kept as
+        ``buffers``, ``seqjax.decoding.pattern_cache``) or LSH's sorted-chunk cache
+        (``lsh``, ``seqjax.decoding.lsh_cache``); any other mechanism raises.
       max_len: the model's longest sequence, or None. Mechanisms whose defaults depend on
         the length (LSH's ``n_buckets``) derive them from it, so the padded length of an
         input never changes them.
@@ -182,7 +201,7 @@ class MultiHeadAttention(nn.Module):
         self_cache = self.decode and not self.cross_attention
         cross_cache = self.decode and self.cross_attention
         if self_cache:
-            check_decodable(self.mechanism, self.causal or self.mechanism == "causal")
+            check_decodable(self.mechanism, self.causal or self.mechanism == "causal", options)
         x_kv_BSE = x_BTE if x_kv_BSE is None else x_kv_BSE
         q_BTHD = self._proj("query", x_BTE)
         if cross_cache:
@@ -200,6 +219,12 @@ class MultiHeadAttention(nn.Module):
         if self.positional in score_mod_lib.SCHEMES and not self.cross_attention:
             q_BTHD, k_BSHD = self._positions(q_BTHD, k_BSHD, kwargs, self_cache)
         causal = self.causal
+        kind = cache_kind(self.mechanism, options) if self_cache else None
+        if kind in ("pattern", "lsh"):
+            out_BTHD = self._indexed_step(kind, mech, q_BTHD, k_BSHD, v_BSHD, kwargs, options)
+            return HeadsOutput(
+                x_BTE.shape[-1], self.out_init_scale, self.dtype, self.param_dtype, name="out"
+            )(out_BTHD)
         if self_cache and mech.decode_state is not None:
             out_BTHD = self._recurrent_step(mech, q_BTHD, k_BSHD, v_BSHD, mask_BS, kwargs)
             return HeadsOutput(
@@ -295,6 +320,48 @@ class MultiHeadAttention(nn.Module):
         )
         return out_BTHD
 
+    def _indexed_step(self, kind, mech, q_BTHD, k_BTHD, v_BTHD, kwargs, options):
+        """Decoding through a position-indexed cache: the pattern buffers of
+        ``seqjax.decoding.pattern_cache`` (cache entry ``buffers``: ``{name: (keys,
+        values)}``) or LSH's sorted-chunk cache (``seqjax.decoding.lsh_cache``, entry
+        ``lsh``), with the counter ``cache_index``. The init call runs the full forward on
+        its ``[B, L, ...]`` input and creates the empty cache (L = ``max_len`` if set)."""
+        b, t, h, d = q_BTHD.shape
+        dv = v_BTHD.shape[-1]
+        init = self.is_initializing()
+        name = "lsh" if kind == "lsh" else "buffers"
+        if not init and not self.has_variable("cache", name):
+            raise ValueError("decode=True needs the cache created by init (collection 'cache')")
+        length = self.max_len or (t if init else None)
+        idx = self.variable("cache", "cache_index", lambda: jnp.zeros((), jnp.int32))
+        score_mod = kwargs.pop("score_mod", None)
+        if kind == "lsh":
+            if score_mod is not None:
+                raise ValueError("LSH attention takes no score bias (model.positional)")
+            state0 = lambda: lsh_cache.init_state(  # noqa: E731
+                b, length, h, d, dv, options, self.dtype
+            )
+            var = self.variable("cache", "lsh", state0)
+        else:
+            plan = pattern_cache.make_plan(self.mechanism, options, h, length)
+            buffers0 = lambda: pattern_cache.init_buffers(plan, b, h, d, dv, self.dtype)  # noqa: E731
+            var = self.variable("cache", "buffers", buffers0)
+        if init:  # the init call only sizes the cache: its output skips any score bias
+            full = {k: v for k, v in kwargs.items() if k not in ("dropout_rate", "dropout_rng")}
+            return mech.fn(q_BTHD, k_BTHD, v_BTHD, causal=True, **full)
+        i = idx.value
+        if kind == "lsh":
+            out_BTHD, var.value = lsh_cache.step(
+                var.value, q_BTHD, v_BTHD, i, rng=kwargs["rng"], options=options,
+                scale=options.get("scale"),
+            )  # fmt: skip
+        else:
+            out_BTHD, var.value = pattern_cache.step(
+                plan, var.value, q_BTHD, k_BTHD, v_BTHD, i, score_mod=score_mod
+            )
+        idx.value = i + 1
+        return out_BTHD
+
     def _update_cache(self, k_B1HD, v_B1HD):
         """Writes one step's key/value into the cache; returns full cache and its mask."""
         if k_B1HD is None:
@@ -317,14 +384,16 @@ class MultiHeadAttention(nn.Module):
         return ck.value, cv.value, mask_BS
 
 
-def check_decodable(mechanism: str, causal: bool) -> None:
-    """Raises ``ValueError`` unless KV-cache decoding of this attention equals the full
-    forward pass (causal attention of a ``KV_CACHE_MECHANISMS`` mechanism)."""
-    if not decodes_with_cache(mechanism):
+def check_decodable(mechanism: str, causal: bool, options=None) -> None:
+    """Raises ``ValueError`` unless this causal attention has a decoding cache
+    (``cache_kind``; ``options`` None: some configuration of the mechanism has one)."""
+    if not decodes_with_cache(mechanism, options):
         stateful = tuple(n for n in attention_lib.names() if decodes_with_cache(n))
+        what = f"{mechanism!r}" if options is None else f"{mechanism!r} with {dict(options)}"
         raise ValueError(
-            f"decode=True (KV-cache decoding) supports attention {stateful}; got "
-            f"{mechanism!r}: run the model without decode (seqjax.sample recomputes the prefix)"
+            f"decode=True (cached decoding) supports attention {stateful} (flex: the "
+            f"patterns {pattern_cache.FLEX_PATTERNS}); got {what}: run the model without "
+            "decode (seqjax.sample recomputes the prefix)"
         )
     if not causal:
         raise ValueError(

@@ -4,8 +4,10 @@ The model-specific half of decoding (``seqjax.decoding`` is the model-agnostic h
 source is encoded once, tiled to the K beams, and the decoder advances one token per step
 with its caches (``EncoderDecoder.step``: self-attention KV cache, cross-attention keys and
 values projected once per source; linear attention and Performer keep their O(1) recurrent
-state instead of a KV cache). A decoder whose self-attention has no cache (the other causal
-mechanisms) decodes by recomputation: a token buffer in the search
+state instead of a KV cache, windowed and sparse patterns their ring buffers and summary
+stores, LSH its sorted-chunk cache where exact: ``uses_cache``). A decoder whose
+self-attention has no such cache (flex bigbird or a user mask) decodes by recomputation:
+a token buffer in the search
 state, the full teacher-forced decoder run on it, the logits of the current position read
 (exact for causal attention: later buffer slots are never seen).
 
@@ -27,9 +29,16 @@ from seqjax.models.layers import decodes_with_cache
 
 
 def uses_cache(model_cfg) -> bool:
-    """Whether every decoder self-attention layer decodes with a cache: a KV cache (dense,
-    causal) or a fixed-size recurrent state (linear, Performer)."""
-    return all(decodes_with_cache(name) for name, _ in model_cfg.decoder_attention)
+    """Whether every decoder self-attention layer decodes with a cache (``layers.cache_kind``:
+    KV cache, recurrent state, pattern ring buffers, LSH) that reproduces the full forward
+    (``seqjax.decoding.lsh_cache.model_exact``)."""
+    from seqjax.decoding import lsh_cache
+
+    view = model_cfg.decoder_config()
+    return (
+        all(decodes_with_cache(name, options) for name, options in model_cfg.decoder_attention)
+        and lsh_cache.model_exact(view.layer_attention, view.num_layers, view.max_len)[0]
+    )
 
 
 @functools.lru_cache(maxsize=16)

@@ -1,14 +1,19 @@
 """Text generation from a trained language model (the library behind ``seqjax.sample``).
 
-Causal dense attention ("dense" / "causal" on every layer, standard or reversible layers)
-decodes with the model's KV cache, linear attention and Performer with their O(1) recurrent
-state (the mechanism's ``decode_state``, in the same "cache" collection), one token per
-step inside a ``lax.scan``; other mechanisms recompute the window for each new token,
+A model whose every layer has a decoding cache (``layers.cache_kind``) decodes with it by
+default (``decoding="auto"``), one token per step inside a ``lax.scan``: dense / causal
+attention with the KV cache, linear attention and Performer with their O(1) recurrent
+state, sliding windows, LRA local blocks and the Sparse Transformer patterns with ring
+buffers and summary stores (``seqjax.decoding.pattern_cache``), LSH with its sorted-chunk
+cache where that equals the full forward (``seqjax.decoding.lsh_cache.model_exact``).
+Otherwise, or with ``decoding="recompute"``, the prefix is recomputed for each new token,
 conditioned on exactly the prefix: the positions after it are masked out as keys
 (``prefix_logits``), never filled with invented tokens. This matters for causal LSH, whose
 outputs depend on later *queries* (``seqjax.attention.lsh``): with the mask, the logits at
-step t are those of the t-token
-prefix alone, whatever follows t.
+step t are those of the t-token prefix alone, whatever follows t. ``decoding="cache"``
+uses the caches even where LSH's differs from that (each position then conditioned on its
+own prefix only). ``decoding_mode`` says which mode a model gets and why
+(``python -m seqjax.sample`` logs it).
 
 Transformer-XL checkpoints decode with the memory as the cache (Dai et al. 2019, §3.2):
 the prompt goes through in segments of the training ``seq_len``, then one token per step,
@@ -21,16 +26,68 @@ length, M memory length.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+from absl import logging
 
+from seqjax.decoding import lsh_cache
 from seqjax.decoding.samplers import check_sampling, sample_logits
 from seqjax.models import TransformerLM
-from seqjax.models.layers import KV_CACHE_MECHANISMS, decodes_with_cache
+from seqjax.models.attention_layer import KV_CACHE_MECHANISMS, cache_kind
 from seqjax.models.transformer_xl import TransformerXL
 
 CACHED_MECHANISMS = KV_CACHE_MECHANISMS
+DECODING_MODES = ("auto", "cache", "recompute")
+_FORCED = contextvars.ContextVar("seqjax_decoding", default=None)
+
+
+@contextlib.contextmanager
+def forced_decoding(mode: str):
+    """Within the block, ``generate`` calls that leave ``decoding`` at its default use
+    ``mode`` (``python -m seqjax.sample --decoding``, through the task's ``sample``)."""
+    _check_mode(mode)
+    token = _FORCED.set(mode)
+    try:
+        yield
+    finally:
+        _FORCED.reset(token)
+
+
+def _check_mode(mode) -> None:
+    if mode not in DECODING_MODES:
+        raise ValueError(f"decoding={mode!r} is not one of {DECODING_MODES}")
+
+
+def decoding_mode(model_cfg, decoding: str = "auto") -> tuple[str, str]:
+    """``("cache" | "recompute", why)``: how ``generate`` decodes this LM.
+
+    ``"auto"``: the caches when every layer has one (``layers.cache_kind``) and, for LSH,
+    they equal recomputing the prefix (``lsh_cache.model_exact``); ``"cache"``: the caches
+    wherever every layer has one; ``"recompute"``: always recompute the prefix.
+    """
+    _check_mode(decoding)
+    if decoding == "recompute":
+        return "recompute", "decoding='recompute' was asked for"
+    if not model_cfg.causal:
+        return "recompute", "the model is bidirectional (model.causal=False)"
+    kinds = {}
+    for i in range(model_cfg.num_layers):
+        name, options = model_cfg.layer_attention(i)
+        kind = cache_kind(name, options)
+        if kind is None:
+            return "recompute", f"layer {i}'s attention {name!r} has no decoding cache"
+        kinds.setdefault(name, kind)
+    if decoding == "auto":
+        exact, why = lsh_cache.model_exact(
+            model_cfg.layer_attention, model_cfg.num_layers, model_cfg.max_len
+        )
+        if not exact:
+            return "recompute", why
+    return "cache", ", ".join(f"{n}: {k}" for n, k in kinds.items())
 
 
 def _pick(logits_V, rng, temperature: float, top_k: int = 0, top_p: float = 1.0):
@@ -47,6 +104,7 @@ def generate(
     top_k: int = 0,
     top_p: float = 1.0,
     seed=0,
+    decoding: str | None = None,
 ) -> np.ndarray:
     """Samples ``length`` tokens after ``prompt_P``.
 
@@ -59,11 +117,16 @@ def generate(
       top_k: sample among the ``top_k`` most probable tokens (0 = all).
       top_p: nucleus sampling mass in (0, 1] (1 = all); see ``seqjax.decoding.samplers``.
       seed: sampling seed.
+      decoding: ``DECODING_MODES`` (``decoding_mode``); None: ``"auto"`` unless a
+        ``forced_decoding`` block says otherwise.
 
     Returns:
       int32 ``[N]`` generated ids.
     """
     check_sampling(temperature, top_k, top_p)
+    decoding = decoding or _FORCED.get() or "auto"
+    mode, why = decoding_mode(model_cfg, decoding)
+    logging.info("decoding: %s (%s)", mode, why)
     prompt_P = np.asarray(prompt_P, np.int32).reshape(-1)
     p, n, max_len = len(prompt_P), int(length), model_cfg.max_len
     if p < 1:
@@ -77,18 +140,17 @@ def generate(
         return np.zeros((0,), np.int32)
     rng = jax.random.PRNGKey(seed)
     buf_L = jnp.zeros((max_len,), jnp.int32).at[:p].set(prompt_P)
-    cached = uses_kv_cache(model_cfg)
-    fn = _generate_cached if cached else _generate_windowed
+    fn = _generate_cached if mode == "cache" else _generate_windowed
     out = fn(model_cfg, params, buf_L, p, n, float(temperature), rng, top_k, float(top_p))
     return np.asarray(out)
 
 
 def uses_kv_cache(model_cfg) -> bool:
-    """True when ``generate`` decodes with the cache: causal attention on every layer
-    (standard or reversible) of the dense family or of a mechanism with a recurrent state
-    (linear, performer: ``layers.decodes_with_cache``); otherwise it recomputes the prefix
-    per token."""
-    return model_cfg.causal and all(decodes_with_cache(name) for name, _ in model_cfg.attention)
+    """True when ``generate`` decodes with caches by default (``decoding_mode`` "auto":
+    every layer, standard or reversible, has a cache that reproduces the full forward, or
+    the mode of an enclosing ``forced_decoding`` block); otherwise it recomputes the prefix
+    per token. (The image sampler asks this too.)"""
+    return decoding_mode(model_cfg, _FORCED.get() or "auto")[0] == "cache"
 
 
 def prefix_logits(model, params, buf_L, i):

@@ -95,12 +95,16 @@ def test_xl_token_by_token_through_memory_equals_one_pass():
     np.testing.assert_allclose(jnp.concatenate(outs, 1), full_BTV, atol=1e-4, rtol=1e-4)
 
 
+# No decoding cache: BigBird's random blocks (flex); every other causal mechanism has one.
+BIGBIRD = dict(pattern="bigbird", block_size=4, window=1, num_global=1, num_random=1)
+
+
 @pytest.mark.parametrize(
     "kw,match",
     [
-        (dict(attention=attention_cycle("lsh", {"lsh": dict(chunk_len=4)})), "'lsh'"),
-        (dict(attention=attention_cycle("dense,sparse_strided")), "'sparse_strided'"),
-        (dict(attention=attention_cycle("lsh"), reversible=True), "'lsh'"),
+        (dict(attention=attention_cycle("flex", {"flex": BIGBIRD})), "'flex'"),
+        (dict(attention=attention_cycle("dense,flex", {"flex": BIGBIRD})), "'flex'"),
+        (dict(attention=attention_cycle("flex", {"flex": BIGBIRD}), reversible=True), "'flex'"),
         (dict(causal=False), "causal"),
     ],
 )

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from seqjax.models import attention_cycle
 from seqjax.models.encoder_decoder import EncoderDecoder, EncoderDecoderConfig, shift_right
 from seqjax.tasks import seq2seq_decode, text_metrics
 
@@ -69,7 +70,8 @@ def test_beam_one_equals_greedy_of_the_full_model():
 
 @pytest.mark.slow  # compiles a block-sparse decoder inside the search (~20 s)
 def test_a_decoder_without_kv_cache_decodes_by_recomputation():
-    cfg, _, params, source = _model(decoder_attention="sparse_strided")
+    bigbird = dict(pattern="bigbird", block_size=2, window=1, num_global=1, num_random=1)
+    cfg, _, params, source = _model(decoder_attention=attention_cycle("flex", {"flex": bigbird}))
     assert not seq2seq_decode.uses_cache(cfg)
     tokens_BT, scores_B = seq2seq_decode.make_translate_fn(
         cfg, beam_size=2, alpha=0.6, max_len=T, eos_id=EOS
