@@ -30,9 +30,10 @@ Options:
     bidirectional encoder variants (A1 = the window/block both ways, A2 = the column both
     ways / the summary cells of every block).
 
-Sparse attention is self-attention: queries and keys must have the same length (no KV-cache
-decoding, no cross-attention). Padding masks and packed ``segment_ids`` combine with the
-pattern; a query with no visible key returns zeros.
+Sparse attention is self-attention: queries and keys must have the same length (no
+cross-attention; token-by-token decoding runs through ``seqjax.decoding.pattern_cache``,
+which gathers exactly the positions this pattern attends). Padding masks and packed
+``segment_ids`` combine with the pattern; a query with no visible key returns zeros.
 
 Legend: B batch, T sequence length, H heads, D head dim.
 """
@@ -281,8 +282,8 @@ def sparse_attention(
     if k.shape[1] != t:
         raise ValueError(
             f"{name} is self-attention: q and k must have the same length; got {t} and "
-            f"{k.shape[1]} (KV-cache decoding and cross-attention are not supported; use "
-            "'dense' for those layers)"
+            f"{k.shape[1]} (cross-attention is not supported; decoding "
+            "steps use seqjax.decoding.pattern_cache)"
         )
     opts = resolve_options(kind, t, **options)
     if opts["head_mode"] == "split" and h % 2:

@@ -99,7 +99,9 @@ class EncoderDecoderConfig:
         a comma-separated string is accepted) of any registered mechanism but 'causal' and
         'relative'.
       decoder_attention: the decoder self-attention's cycle: causal mechanisms only (not
-        'linformer'); KV-cache decoding needs 'dense' or 'causal'.
+        'linformer'); decoding uses the layer's cache where it has one
+        (``attention_layer.cache_kind``: KV, recurrent state, ring buffer / summary store,
+        LSH) and recomputes the prefix otherwise.
       cross_attention_implementation: dense cross-attention's implementation (``auto`` ...).
       share_embeddings: source and target share one embedding (``embed``); else
         ``source_embed`` and ``target_embed``.
