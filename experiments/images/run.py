@@ -31,8 +31,8 @@ MECHANISMS = ("dense", "sparse_strided", "sparse_fixed")
 SCALES = {  # layers, width, heads, batch, steps, eval batches, sample images
     "smoke": dict(num_layers=1, d_model=32, num_heads=2, batch_size=4, num_steps=3,
                   eval_max_batches=1, sample_images=2),
-    "cpu": dict(num_layers=2, d_model=64, num_heads=4, batch_size=8, num_steps=100,
-                eval_max_batches=20, sample_images=9),
+    "cpu": dict(num_layers=2, d_model=64, num_heads=4, batch_size=8, num_steps=400,
+                eval_max_batches=50, sample_images=9),
     "full": dict(num_layers=4, d_model=128, num_heads=4, batch_size=16, num_steps=2000,
                  eval_max_batches=0, sample_images=16),
 }  # fmt: skip
