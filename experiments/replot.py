@@ -49,6 +49,7 @@ PLOTS = [
         "file",
     ),
     ("translation/run.py", "translation/results/translation_cpu", "file"),
+    ("decoding_speed/run.py", "decoding_speed/results/decoding_speed_cpu", "file"),
 ]
 
 

@@ -424,6 +424,8 @@ def test_bad_configs_raise_naming_the_field(kw, match):
 
 
 def test_decode_refuses_a_decoder_that_cannot_use_a_kv_cache():
-    cfg = _cfg(decoder_attention=attention_cycle("lsh", {"lsh": dict(chunk_len=2)}))
-    with pytest.raises(ValueError, match="decode=True.*'lsh'"):
+    # flex BigBird: random blocks at absolute positions, so no decoding cache
+    bigbird = dict(pattern="bigbird", block_size=2, window=1, num_global=1, num_random=1)
+    cfg = _cfg(decoder_attention=attention_cycle("flex", {"flex": bigbird}))
+    with pytest.raises(ValueError, match="decode=True.*'flex'"):
         EncoderDecoder(cfg).init_cache(B, S)
