@@ -85,6 +85,9 @@ def main(argv=None) -> dict:
     p.add_argument("--finetune_eval_batches", type=int, default=0,
                    help="batches of the final IMDB evaluation (0 = all 25k reviews; the split "
                    "is in hashed order, so a prefix is a fair sample)")  # fmt: skip
+    p.add_argument("--positional", default=None,
+                   help="model.positional of every run (default: the config's, sinusoidal); "
+                   "'rope' is what makes this CPU-sized model learn (README)")  # fmt: skip
     args = p.parse_args(argv)
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -99,6 +102,10 @@ def main(argv=None) -> dict:
     if args.smoke:
         runs = {"dense": {"data.packing": False}, f"k{ks[0]}": _lin(ks[0], "headwise", args.n)}
         transfer = list(runs)
+    if args.positional:
+        runs = {
+            name: {**extra, "model.positional": args.positional} for name, extra in runs.items()
+        }
     load = {"before": os.getloadavg()}
     t0 = time.time()
     result = {"argv": sys.argv, "pretrain": {}, "transfer": {}}
