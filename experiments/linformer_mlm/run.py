@@ -108,7 +108,7 @@ def main(argv=None) -> dict:
         }
     load = {"before": os.getloadavg()}
     t0 = time.time()
-    result = {"argv": sys.argv, "pretrain": {}, "transfer": {}}
+    result = {"argv": sys.argv, "args": vars(args), "pretrain": {}, "transfer": {}}
     for name, extra in runs.items():
         result["pretrain"][name] = _job(out / f"pre_{name}", "smoke", args.pretrain_steps,
                                         args, extra)  # fmt: skip
@@ -150,24 +150,35 @@ def _tables(result: dict, out: Path) -> None:
         gap = f"{a - b:+.3f}" if a is not None and b is not None else "n/a"
         rows.append(f"| {name} | {a} | {b} | {gap} |")
     (out / "transfer.md").write_text("\n".join(rows) + f"\n\nload: {result['load']}\n")
-    try:
-        import matplotlib
+    plot(result, out / "fig3.png")
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
 
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for name, r in result["pretrain"].items():
-            pts = [(x["step"], x["validation/perplexity"]) for x in r["eval"]
-                   if "validation/perplexity" in x]  # fmt: skip
-            if pts:
-                ax.plot(*zip(*pts), label=name, marker="o")
-        ax.set_xlabel("step")
-        ax.set_ylabel("validation masked-LM perplexity")
-        ax.legend()
-        fig.savefig(out / "fig3.png", dpi=100, bbox_inches="tight")
-    except ImportError:  # matplotlib is optional
-        pass
+def plot(payload: dict, path) -> None:
+    """Linformer Fig. 3 (a)/(c) at this scale: validation masked-LM perplexity (log scale)
+    against pre-training steps, one line per run (``experiments/replot.py`` redraws it)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    a = payload.get("args", {})
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, r in payload["pretrain"].items():
+        pts = [(x["step"], x["validation/perplexity"]) for x in r["eval"]
+               if "validation/perplexity" in x]  # fmt: skip
+        if pts:
+            ax.plot(*zip(*pts), label=name, marker="o", linestyle="-" if name == "dense" else "--")
+    ax.set_yscale("log")
+    ax.set_xlabel("pre-training step")
+    ax.set_ylabel("validation masked-LM perplexity (bytes, log)")
+    ax.set_title(
+        f"Linformer Fig. 3 at CPU scale: IMDB bytes, n={a.get('n', '?')}, batch "
+        f"{a.get('batch_size', '?')}, positions {a.get('positional') or 'sinusoidal'}",
+        fontsize=9,
+    )
+    ax.legend(fontsize=8)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
 
 
 if __name__ == "__main__":
