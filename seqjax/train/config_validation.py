@@ -95,6 +95,11 @@ def validate(config, *, num_devices: int | None = None, process_count: int | Non
     for field in ("dropout_rate", "attention_dropout_rate"):
         if not 0.0 <= m[field] < 1.0:
             bad(f"model.{field}", m[field], "0 <= rate < 1")
+    kernelized = [n for n in names if n in ("performer", "linear")]
+    if kernelized and m.attention_dropout_rate:
+        bad("model.attention_dropout_rate", m.attention_dropout_rate,
+            f"0 with model.attention {kernelized[0]!r} (a kernelized attention has no "
+            "attention matrix to drop)")  # fmt: skip
 
     # ---- data (seqjax.data's own checks) vs model
     for field, value, valid in data_api.config_problems(d):

@@ -110,3 +110,15 @@ def test_attention_option_values_are_checked(helpers, corpus, name, option, valu
         config_validation.validate(config, num_devices=8, process_count=1)
     for text in expected:
         assert text in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("mechanism", ["performer", "linear"])
+def test_attention_dropout_with_a_kernelized_attention_is_refused_before_compiling(mechanism):
+    from seqjax.configs import common
+    from seqjax.train import config_validation
+    from tests.conftest import REPO
+
+    config = common.load_file(REPO / "configs" / "lra_image.py", "cfg_kern").get_config("smoke")
+    config.model.attention = mechanism  # lra_image sets attention dropout 0.2
+    with pytest.raises(ValueError, match="model.attention_dropout_rate=0.2 is invalid; valid: 0 "):
+        config_validation.validate(config)
