@@ -165,9 +165,6 @@ def test_sliding_window_cache_with_a_score_bias_equals_the_materialised_referenc
     np.testing.assert_allclose(got, np.asarray(reference(params, x_BTE)), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.skipif(
-    "flex" not in score_mod.SCORE_MOD_SUPPORT, reason="flex does not take a score bias yet"
-)
 def test_sliding_window_alibi_model_cached_equals_full_forward():
     cfg = _cfg("flex", dict(pattern="sliding_window", window=3, block_size=8), positional="alibi")
     cached, full, _ = _cached_and_prefix_logits(cfg, _tokens(3))
