@@ -127,6 +127,44 @@ def set_row(config, row: Row | str) -> None:
     m.attention_options[row.mechanism] = ml_collections.ConfigDict(row.options(int(m.max_len)))
 
 
+LINFORMER_KS = (128, 256)  # Wang et al. 2020, Table 2: k = 128 / 256 "nearly on par"
+
+
+def linformer_config(arg: str | None, config_file: str, base: str) -> ml_collections.ConfigDict:
+    """The dense LRA config ``base`` (``"lra_listops"``, ``"lra_text"``) with Linformer in
+    every layer (Wang et al. 2020, eq. 7): variant ``arg`` = comma-separated ``k=128|256``
+    (projected length: E, F are [k, n]), ``sharing=none|headwise|kv|layerwise`` (§4),
+    ``smoke`` (the base's smoke variant, k at most 128)."""
+    from seqjax.attention import linformer
+    from seqjax.configs import common
+
+    a = common.parse_args(
+        arg,
+        config_file,
+        flags=("smoke",),
+        options={"k": LINFORMER_KS, "sharing": linformer.SHARING},
+        defaults={"k": 256, "sharing": "headwise"},
+    )
+    c = common.load(base, __file__).get_config("smoke" if a["smoke"] else None)
+    c.model.attention = "linformer"
+    lin = c.model.attention_options.linformer
+    lin.k = min(a["k"], c.data.max_len) if not a["smoke"] else min(a["k"], 128)
+    lin.max_len = c.model.max_len  # columns of E/F = the longest input (with CLS)
+    lin.sharing = a["sharing"]
+    return c
+
+
+def linformer_sweep() -> list[dict]:
+    """Both k times the paper's four sharing modes (one job per dict)."""
+    from seqjax.attention import linformer
+
+    return [
+        {"config.model.attention_options.linformer.k": k,
+         "config.model.attention_options.linformer.sharing": s}
+        for k in LINFORMER_KS for s in linformer.SHARING
+    ]  # fmt: skip
+
+
 def sweep() -> list[dict]:
     """One point per registered row that differs by mechanism name only (the flex rows need
     ``set_row``; ``experiments/lra_accuracy`` runs them)."""

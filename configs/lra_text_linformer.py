@@ -25,39 +25,15 @@ Fields not set here are documented in ``seqjax/train/defaults.py`` and
 
 import ml_collections
 
-from seqjax.attention import linformer
-from seqjax.configs import common
+from seqjax.configs import _lra as lra
 
-KS = (128, 256)
-
-
-def parse_arg(arg: str | None, config_file: str) -> dict:
-    """``"k=256,sharing=kv,smoke"`` -> ``{"k": 256, "sharing": "kv", "smoke": True}``."""
-    return common.parse_args(
-        arg,
-        config_file,
-        flags=("smoke",),
-        options={"k": KS, "sharing": linformer.SHARING},
-        defaults={"k": 256, "sharing": "headwise"},
-    )
+KS = lra.LINFORMER_KS
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    a = parse_arg(arg, "configs/lra_text_linformer.py")
-    c = common.load("lra_text", __file__).get_config("smoke" if a["smoke"] else None)
-    m = c.model
-    m.attention = "linformer"  # every layer uses Linformer
-    lin = m.attention_options.linformer
-    lin.k = min(a["k"], c.data.max_len) if not a["smoke"] else min(a["k"], 128)  # k: E, F [k, n]
-    lin.max_len = c.model.max_len  # columns of E/F = the longest input (with CLS)
-    lin.sharing = a["sharing"]  # none | headwise | kv | layerwise
-    return c
+    return lra.linformer_config(arg, "configs/lra_text_linformer.py", "lra_text")
 
 
 def sweep():
     """The study: k in {128, 256} x the paper's sharing modes (one job per dict)."""
-    return [
-        {"config.model.attention_options.linformer.k": k,
-         "config.model.attention_options.linformer.sharing": s}
-        for k in KS for s in linformer.SHARING
-    ]  # fmt: skip
+    return lra.linformer_sweep()

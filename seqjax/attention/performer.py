@@ -66,6 +66,30 @@ def check_num_features(num_features) -> int:
     return int(v)
 
 
+def orthonormal_columns(a_NDD):
+    """``Q`` of ``A = QR`` with ``diag(R) > 0``, per block: ``float32 [N, D, D]``.
+
+    With ``diag(R) > 0`` the Q factor of a Gaussian matrix is Haar-distributed (uniform on
+    the orthogonal group), which FAVOR+'s orthogonal features need (§2.4). Classical
+    Gram-Schmidt with one re-orthogonalisation pass ("twice is enough", Giraud et al. 2005),
+    in plain XLA ops rather than ``jnp.linalg.qr``: on CPU that is a LAPACK custom call, and
+    XLA (jax 0.10.2) can deadlock when two of them run concurrently in one program -- one per
+    Performer layer in a training step (``tests/attention/test_performer.py`` reproduces it).
+    """
+    n, d = a_NDD.shape[0], a_NDD.shape[-1]
+    a_NDD = a_NDD.astype(jnp.float32)
+
+    def add_column(j, q_NDD):
+        v_ND = a_NDD[:, :, j]
+        for _ in range(2):  # columns j.. of Q are still zero: only 0..j-1 project out
+            coef_ND = jnp.einsum("nij,ni->nj", q_NDD, v_ND)
+            v_ND = v_ND - jnp.einsum("nij,nj->ni", q_NDD, coef_ND)
+        v_ND = v_ND / jnp.linalg.norm(v_ND, axis=-1, keepdims=True)
+        return jax.lax.dynamic_update_slice(q_NDD, v_ND[:, :, None], (0, 0, j))
+
+    return jax.lax.fori_loop(0, d, add_column, jnp.zeros((n, d, d), jnp.float32))
+
+
 def random_features(rng, num_features: int, head_dim: int, *, orthogonal: bool = True):
     """``W float32 [M, D]``: FAVOR+'s (orthogonal) Gaussian projection rows (§2.4)."""
     m, d = check_num_features(num_features), int(head_dim)
@@ -74,10 +98,7 @@ def random_features(rng, num_features: int, head_dim: int, *, orthogonal: bool =
     if not orthogonal:
         return jax.random.normal(keys[0], (m, d), jnp.float32)
     gauss_NDD = jax.random.normal(keys[0], (n_blocks, d, d), jnp.float32)
-    q_NDD, r_NDD = jnp.linalg.qr(gauss_NDD)  # orthonormal columns per block
-    # Signs of diag(R) make Q Haar-distributed (without them Householder QR fixes the sign
-    # of each column's leading entries, and the rows would not be uniform on the sphere).
-    q_NDD = q_NDD * jnp.sign(jnp.diagonal(r_NDD, axis1=1, axis2=2))[:, None, :]
+    q_NDD = orthonormal_columns(gauss_NDD)  # Haar-distributed orthogonal blocks
     w_MD = jnp.swapaxes(q_NDD, 1, 2).reshape(n_blocks * d, d)[:m]  # orthonormal rows per block
     norms_M = jnp.linalg.norm(jax.random.normal(keys[-1], (m, d), jnp.float32), axis=-1)
     return w_MD * norms_M[:, None]  # rows marginally N(0, I_D)

@@ -107,6 +107,29 @@ def test_orthogonal_features_rows_orthogonal_within_blocks():
     assert w_iid.shape == (8, D)
 
 
+def test_orthonormal_columns_equal_lapack_qr_with_positive_diagonal():
+    a = jax.random.normal(jax.random.key(3), (3, 16, 16), jnp.float32)
+    q_ref, r_ref = np.linalg.qr(np.asarray(a, np.float64))
+    q_ref = q_ref * np.sign(np.diagonal(r_ref, axis1=1, axis2=2))[:, None, :]
+    q = np.asarray(jax.jit(performer.orthonormal_columns)(a))
+    np.testing.assert_allclose(q, q_ref, atol=2e-5)
+    np.testing.assert_allclose(np.swapaxes(q, 1, 2) @ q, np.broadcast_to(np.eye(16), q.shape),
+                               atol=2e-5)  # fmt: skip
+
+
+def test_feature_program_has_no_lapack_call():
+    """XLA's CPU QR is a LAPACK custom call, and two of them running concurrently in one
+    program can deadlock (jax 0.10.2: a 2-layer Performer step hung): the features must be
+    computed with plain XLA ops."""
+
+    def two_layers(key):
+        k1, k2 = jax.random.split(key)
+        return performer.random_features(k1, 32, D) + performer.random_features(k2, 32, D)
+
+    hlo = jax.jit(two_layers).lower(jax.random.key(0)).as_text()
+    assert "custom_call" not in hlo
+
+
 def test_redraw_changes_features_only_in_training():
     from seqjax.models import layers
 
