@@ -262,3 +262,45 @@ def test_pretrain_then_finetune_share_the_vocabulary(fake, tmp_path):
     got = traverse_util.flatten_dict(jax.device_get(state["params"]))[init_from.EMBEDDING]
     assert want.shape == (V + 1, 16) and got.shape == (V, 16)
     np.testing.assert_array_equal(got, want[:V])  # every subword row, [MASK] dropped
+
+
+def test_linformer_study_passes_the_vocabulary_to_every_job(tmp_path, monkeypatch):
+    """``experiments/linformer_mlm/run.py --vocab sentencepiece``: every job runs the subword
+    variant with one vocab_size; ``--finetune_lr`` reaches the fine-tuning jobs only."""
+    import importlib.util
+    import json
+    import subprocess
+
+    from tests.conftest import REPO
+
+    spec = importlib.util.spec_from_file_location(
+        "linformer_mlm_run_sw", REPO / "experiments" / "linformer_mlm" / "run.py"
+    )
+    run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run)
+    commands = []
+
+    def fake_run(cmd, **kwargs):  # no training: a metrics file and an evaluation line
+        commands.append(cmd)
+        if "seqjax.main" in cmd:
+            workdir = next(a.split("=", 1)[1] for a in cmd if a.startswith("--workdir="))
+            os.makedirs(workdir, exist_ok=True)
+            rec = {"step": 1, "validation/perplexity": 9.0, "validation/accuracy": 0.5}
+            with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
+                f.write(json.dumps(rec) + "\n")
+        out = json.dumps({"step": 2, "perplexity": 8.0, "accuracy": 0.6})
+        return subprocess.CompletedProcess(cmd, 0, stdout=out, stderr="")
+
+    monkeypatch.setattr(run.subprocess, "run", fake_run)
+    run.main(["--out", str(tmp_path), "--smoke", "--ks", "16", "--vocab", "sentencepiece",
+              "--vocab_size", "300", "--finetune_lr", "0.01"])  # fmt: skip
+    jobs = [c for c in commands if "seqjax.main" in c]
+    assert len(jobs) == 6  # 2 pre-training, 2 fine-tuned, 2 from scratch
+    for cmd in jobs:
+        variant = next(a for a in cmd if a.startswith("--config=")).rsplit(":", 1)[1]
+        assert variant.endswith(",subword") and "--config.data.vocab_size=300" in cmd
+        lr = "--config.optimizer.learning_rate=0.01" in cmd
+        assert lr == ("finetune" in variant)
+    commands.clear()
+    run.main(["--out", str(tmp_path / "b"), "--smoke", "--ks", "16"])
+    assert not any("subword" in " ".join(c) or "learning_rate" in " ".join(c) for c in commands)
