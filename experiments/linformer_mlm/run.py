@@ -3,6 +3,8 @@
     python experiments/linformer_mlm/run.py --out experiments/linformer_mlm/results \\
         --pretrain_steps 300 --finetune_steps 200
     python experiments/linformer_mlm/run.py --out /tmp/lm_smoke --smoke   # the test's size
+    python experiments/linformer_mlm/run.py --out /tmp/lm_sw --vocab sentencepiece \\
+        --vocab_size 8000 --finetune_lr 1e-4   # subword reviews (configs/mlm.py:subword)
 
 * Fig. 3 (a): masked-LM validation perplexity against steps, dense and Linformer k in
   ``--ks``; (c): the four sharing modes at ``--sharing_k``; same steps, same data (the IMDB
@@ -12,6 +14,11 @@
   builder orders reviews by a hash of their file name, so any prefix mixes both classes) of
   the encoder fine-tuned from each pre-training run vs the same encoder from scratch, same
   fine-tuning steps, dense and Linformer, in the same invocation.
+* ``--vocab sentencepiece``: every job (pre-training, fine-tuning, from scratch) runs
+  ``configs/mlm.py``'s ``subword`` variant with the same ``--vocab_size``, so all of them
+  read the one SentencePiece model of the train reviews (same ids; ``init_from`` loads the
+  embedding) and pre-training masks whole words; perplexities are then per subword token.
+  ``--finetune_lr`` sets the fine-tuning (and from-scratch) peak learning rate.
 
 Every job is ``seqjax.main`` in its own subprocess with ``configs/mlm.py``; the script
 collects ``metrics.jsonl``, writes ``results.json``, ``fig3.md``/``transfer.md`` tables and
@@ -34,6 +41,11 @@ SHARING = ("none", "headwise", "kv", "layerwise")
 
 def _job(workdir: Path, variant: str, steps: int, args, extra: dict, final_batches=None) -> dict:
     """Runs one ``seqjax.main`` job (resumes if already done); returns its eval records."""
+    if args.vocab == "sentencepiece":  # every job: the same subword vocabulary
+        variant += ",subword"
+        extra = {**extra, "data.vocab_size": args.vocab_size}
+    if "finetune" in variant and args.finetune_lr is not None:
+        extra = {**extra, "optimizer.learning_rate": args.finetune_lr}
     cmd = [sys.executable, "-m", "seqjax.main", f"--config={REPO}/configs/mlm.py:{variant}",
            f"--workdir={workdir}", f"--config.train.num_steps={steps}",
            f"--config.train.eval_every={args.eval_every}",
@@ -88,6 +100,14 @@ def main(argv=None) -> dict:
     p.add_argument("--positional", default=None,
                    help="model.positional of every run (default: the config's, sinusoidal); "
                    "'rope' is what makes this CPU-sized model learn (README)")  # fmt: skip
+    p.add_argument("--vocab", choices=("bytes", "sentencepiece"), default="bytes",
+                   help="the reviews' tokens in every job (sentencepiece: configs/mlm.py's "
+                   "subword variant)")  # fmt: skip
+    p.add_argument("--vocab_size", type=int, default=8000,
+                   help="--vocab sentencepiece: pieces of the shared model")  # fmt: skip
+    p.add_argument("--finetune_lr", type=float, default=None,
+                   help="peak learning rate of the fine-tuning and from-scratch jobs "
+                   "(default: the config's)")  # fmt: skip
     args = p.parse_args(argv)
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -170,9 +190,12 @@ def plot(payload: dict, path) -> None:
             ax.plot(*zip(*pts), label=name, marker="o", linestyle="-" if name == "dense" else "--")
     ax.set_yscale("log")
     ax.set_xlabel("pre-training step")
-    ax.set_ylabel("validation masked-LM perplexity (bytes, log)")
+    subwords = a.get("vocab") == "sentencepiece"
+    unit = f"subword tokens, V={a.get('vocab_size')}" if subwords else "bytes"
+    ax.set_ylabel(f"validation masked-LM perplexity ({unit}, log)")
     ax.set_title(
-        f"Linformer Fig. 3 at CPU scale: IMDB bytes, n={a.get('n', '?')}, batch "
+        f"Linformer Fig. 3 at CPU scale: IMDB {'subwords' if subwords else 'bytes'}, "
+        f"n={a.get('n', '?')}, batch "
         f"{a.get('batch_size', '?')}, positions {a.get('positional') or 'sinusoidal'}",
         fontsize=9,
     )

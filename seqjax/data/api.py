@@ -21,6 +21,7 @@ import numpy as np
 
 import seqjax.data.images as images
 from seqjax.data import (
+    classification,
     listops,
     objectives,
     packing,
@@ -51,6 +52,9 @@ DEFAULT_MAX_LEN = {"imdb_bytes": 4096, "listops": 2048}
 DEFAULT_MAX_LEN.update({n: s.num_pixels for n, s in images.SPECS.items()})  # images: all pixels
 DEFAULT_MAX_LEN.update(aan=4000, l10n_pairs=128)  # bytes per document (LRA Retrieval: 4K)
 DEFAULT_MAX_LEN.update(pathfinder32=32 * 32, pathx=128 * 128)  # Pathfinder, Path-X: all pixels
+# Classification sets with a vocabulary choice (the rest: 'bytes' only, their fixed tokens).
+SUBWORD_CLASSIFICATION_VOCABS = {"imdb_bytes": ("bytes", "sentencepiece")}
+_NO_SPM_OPTIONS = tuple(sorted(set(CLASSIFICATION_DATASETS) - set(SUBWORD_CLASSIFICATION_VOCABS)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,7 +126,12 @@ def config_problems(cfg) -> list[tuple[str, object, str]]:
         bad("vocab", cfg.get("vocab"), " or ".join(repr(v) for v in VOCABS))
     elif name in TRANSLATION_DATASETS and cfg.vocab != "sentencepiece":
         bad("vocab", cfg.vocab, f"'sentencepiece' for {name} (a subword vocabulary)")
-    if cfg.get("vocab") == "sentencepiece" and name not in CLASSIFICATION_DATASETS + (
+    elif name in CLASSIFICATION_DATASETS and cfg.vocab not in SUBWORD_CLASSIFICATION_VOCABS.get(
+        name, ("bytes",)
+    ):
+        valid = " or ".join(repr(v) for v in SUBWORD_CLASSIFICATION_VOCABS.get(name, ("bytes",)))
+        bad("vocab", cfg.vocab, f"{valid} for {name}")
+    if cfg.get("vocab") == "sentencepiece" and name not in _NO_SPM_OPTIONS + (
         "duplication",
         "copy",
         "reverse",
@@ -277,6 +286,10 @@ def info(cfg) -> DataInfo:
             "listops": (listops.VOCAB_SIZE, listops.NUM_CLASSES, listops.encode, listops.decode),
             "imdb_bytes": (257, 2, _imdb_encode, _imdb_decode),
         }
+        if cfg.vocab == "sentencepiece":  # imdb_bytes as subwords (classification.py)
+            vocab = classification.imdb_vocab(cfg, key)
+            lra[name] = (vocab.size, 2, vocab.encode, vocab.decode)
+            common.update(_spm_fields(vocab))
         vocab_size, classes, enc, dec = lra[name]
         return DataInfo(
             task="classification",
@@ -469,8 +482,14 @@ def make(cfg, *, split: str, process_index: int = 0, process_count: int = 1, tra
         n = store.builder(key).info.splits[tfds_split].num_examples
         length = max_len(cfg)
         offset = 1 if name == "imdb_bytes" else 0
+        src = _Source(key, tfds_split)
+        if cfg.vocab == "sentencepiece":  # imdb_bytes as subwords (classification.py)
+            vocab = classification.imdb_vocab(cfg, key)
+            classification.load_reviews(key, tfds_split, vocab.path)  # encoded here, once
+            src, offset = classification.SubwordSource(key, tfds_split, vocab.path), 0
+            spec.update(vocab=f"sentencepiece_{subword.options_of(cfg).tag}")
         maker = pipeline.Classification(
-            _Source(key, tfds_split), n, length, offset, int(cfg.seed) if train else None, *layout
+            src, n, length, offset, int(cfg.seed) if train else None, *layout
         )
         num_steps = None if train else math.ceil(n / B)
         spec.update(max_len=length, fingerprint=store.metadata(key)["fingerprint"])

@@ -4,22 +4,33 @@ Both store variable-length `tokens` (uint8) and a `label`; padding and truncatio
 `config.data.max_len` happen when batches are made, so one prepared data set serves the 1K and 4K
 configs. Metadata: `fingerprint` (sha256 of the source tarball for IMDB; of the generated
 examples for ListOps).
+
+IMDB as subwords (`config.data.vocab='sentencepiece'`; the BPE input of Linformer §5 / RoBERTa
+§4.4, at a smaller vocabulary): a SentencePiece model trained on the **train** reviews' text
+(`seqjax.data.subword`: deterministic, stored under the tarball's fingerprint and the options),
+and every review of a split encoded once, in batches, into a cache beside the model
+(`SubwordReviews`: flat ids + offsets + labels, the same example order as the byte reviews).
+Batches read it through `SubwordSource`, a drop-in for the TFDS source (`tokens`, `label`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import io
+import logging
+import os
 import re
 import tarfile
+import time
 import zlib
 from collections.abc import Iterator
 
 import numpy as np
 import tensorflow_datasets as tfds
 
-from seqjax.data import listops, sources
+from seqjax.data import listops, sources, subword
 from seqjax.data.corpora import _CorpusBuilder
 
 
@@ -167,3 +178,124 @@ class SeqjaxImdbBytes(_ClassificationBuilder):
             k: self._generate_examples([(text, label) for _, text, label in v])
             for k, v in splits.items()
         }
+
+
+# ------------------------------------------------------------------------ IMDB (subwords)
+
+_ENCODE_CHUNK = 2000  # reviews per SentencePiece batch call (bounds the Python lists' memory)
+
+
+def _review_text(tokens) -> str:
+    return bytes(np.asarray(tokens, np.uint8)).decode("utf-8", errors="replace")
+
+
+def _split_reviews(key, split: str) -> tuple[list[str], np.ndarray]:
+    """(texts, labels `[N]`) of a prepared `imdb_bytes` split, in the byte reviews' order."""
+    from seqjax.data import store  # store imports this module
+
+    src = store.source(key, split)
+    try:
+        examples = src.__getitems__(list(range(len(src))))
+    except Exception as e:  # array_record errors of damaged files
+        raise store.corrupt_cache_error(key, e) from e
+    texts = [_review_text(ex["tokens"]) for ex in examples]
+    return texts, np.array([int(ex["label"]) for ex in examples], np.uint8)
+
+
+def imdb_vocab(cfg, key) -> subword.SentencePieceVocab:
+    """The SentencePiece model of the IMDB train reviews for `config.data` (trained on first
+    use, one review a sentence; `subword.model_path` keyed by the tarball's fingerprint and
+    the `spm_*`/`vocab_size` options, so pre-training and fine-tuning share the file)."""
+    from seqjax.data import store
+
+    opts = subword.options_of(cfg)
+    fingerprint = store.metadata(key)["fingerprint"]
+    path = subword.model_path(key.data_dir, key.tfds_name, key.config_name, fingerprint, opts)
+    return subword.SentencePieceVocab(
+        subword.ensure_model(path, lambda: _split_reviews(key, "train")[0], opts)
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class SubwordReviews:
+    """One split's reviews as SentencePiece ids, read like a TFDS source.
+
+    Attributes:
+      ids_N: every review's ids, concatenated (uint16/uint32; no BOS/EOS, never 0).
+      offsets_R1: review r is `ids_N[offsets_R1[r]:offsets_R1[r + 1]]` (int64 `[R + 1]`).
+      labels_R: 0 = neg, 1 = pos (uint8 `[R]`).
+    """
+
+    ids_N: np.ndarray
+    offsets_R1: np.ndarray
+    labels_R: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.labels_R)
+
+    def __getitem__(self, r: int) -> dict:
+        return {"tokens": self.ids_N[self.offsets_R1[r] : self.offsets_R1[r + 1]],
+                "label": int(self.labels_R[r])}  # fmt: skip
+
+    def __getitems__(self, rows) -> list[dict]:
+        return [self[int(r)] for r in rows]
+
+    def lengths(self) -> np.ndarray:
+        """Tokens of each review `[R]` (untruncated)."""
+        return np.diff(self.offsets_R1)
+
+
+def encode_reviews(vocab: subword.SentencePieceVocab, texts, labels) -> SubwordReviews:
+    """Encodes `texts` with `vocab` in batches of `_ENCODE_CHUNK` (SentencePiece's list API)."""
+    parts, lengths = [], []
+    for i in range(0, len(texts), _ENCODE_CHUNK):
+        for ids in vocab.encode_many(texts[i : i + _ENCODE_CHUNK]):
+            parts.append(np.asarray(ids, vocab.dtype))
+            lengths.append(len(ids))
+    offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+    ids = np.concatenate(parts) if parts else np.zeros(0, vocab.dtype)
+    return SubwordReviews(ids, offsets, np.asarray(labels, np.uint8))
+
+
+def encoded_path(vocab: subword.SentencePieceVocab, split: str) -> str:
+    """The split's encoded reviews beside the model, named by the builder version (which
+    fixes the review order) and the model's sha256 (a retrained model re-encodes)."""
+    stem = vocab.path.removesuffix(".model")
+    return f"{stem}.{split}-v{SeqjaxImdbBytes.VERSION}-{vocab.fingerprint[:12]}.npz"
+
+
+@functools.lru_cache(maxsize=4)
+def load_reviews(key, split: str, model_file: str) -> SubwordReviews:
+    """A split's `SubwordReviews` (encoded and written on first use; read once per process)."""
+    from seqjax.data import store
+
+    vocab = subword.SentencePieceVocab(model_file)
+    path = encoded_path(vocab, split)
+    if not os.path.isfile(path):
+        with store._prepare_lock(os.path.dirname(path), "sentencepiece_encode"):
+            if not os.path.isfile(path):
+                t0 = time.perf_counter()
+                texts, labels = _split_reviews(key, split)
+                reviews = encode_reviews(vocab, texts, labels)
+                logging.info("imdb_bytes/%s: %d reviews encoded with %s in %.1f s", split,
+                             len(texts), os.path.basename(model_file),
+                             time.perf_counter() - t0)  # fmt: skip
+                tmp = f"{path}.tmp{os.getpid()}.npz"
+                np.savez(tmp, ids=reviews.ids_N, offsets=reviews.offsets_R1,
+                         labels=reviews.labels_R)  # fmt: skip
+                os.replace(tmp, path)  # readers never see a partial file
+    with np.load(path) as f:
+        reviews = SubwordReviews(f["ids"], f["offsets"], f["labels"])
+    for a in (reviews.ids_N, reviews.offsets_R1, reviews.labels_R):
+        a.setflags(write=False)
+    return reviews
+
+
+class SubwordSource:
+    """Picklable lazy handle on a split's `SubwordReviews` (`api._Source`'s counterpart)."""
+
+    def __init__(self, key, split: str, model_file: str):
+        self.key, self.split, self.model_file = key, split, model_file
+
+    def __call__(self) -> SubwordReviews:
+        return load_reviews(self.key, self.split, self.model_file)

@@ -86,6 +86,8 @@ def default_config() -> ml_collections.ConfigDict:
     # 65 for tiny shakespeare, 27 for text8; plus <unk> if other splits have new characters) or
     # 'sentencepiece' (subwords trained on the training split and stored with the prepared data;
     # ids 0 pad, 1 unk, 2 BOS, 3 EOS). Translation data sets need 'sentencepiece'.
+    # imdb_bytes: 'bytes' (LRA Text, byte + 1) or 'sentencepiece' (the train reviews' subwords;
+    # seqjax/data/classification.py); the other classification sets: 'bytes' only.
     c.vocab = "bytes"
     # vocab='sentencepiece': 'bpe' (Sennrich et al. 2016) or 'unigram' (Kudo 2018).
     c.spm_model_type = "bpe"

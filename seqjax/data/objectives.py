@@ -234,6 +234,9 @@ def wrap_mlm(maker, cfg, info, *, split: str, train: bool, kind: str, num_tokens
     )
 
 
+_ASCII_SPACE_HEX = {b"%02X" % c for c in b" \t\n\r\x0b\x0c"}  # '<0x0A>' -> b'0A'
+
+
 def word_tables(info) -> tuple[np.ndarray, np.ndarray]:
     """``(starts_V, space_V)`` bool over the data's ids ``[0, mask_id)``: ids that start a
     word (SentencePiece pieces beginning with '▁', control and unknown pieces) and ids that
@@ -249,6 +252,10 @@ def word_tables(info) -> tuple[np.ndarray, np.ndarray]:
         starts |= np.array([sp.is_control(i) or sp.is_unknown(i) for i in range(len(pieces))])
         # whitespace pieces ('\n', '▁▁'; no dummy prefix): a word each, the next starts one
         space = np.array([p.replace("\u2581", " ").isspace() for p in pieces], bool)
+        # byte-fallback pieces ('<0x09>'): characters outside the model (reviews of a split
+        # the model was not trained on); an ASCII whitespace byte is a space like its piece
+        space |= np.array([sp.is_byte(i) and p[3:5].encode() in _ASCII_SPACE_HEX
+                           for i, p in enumerate(pieces)])  # fmt: skip
         pad = max(V - len(pieces), 0)
         return np.pad(starts, (0, pad))[:V], np.pad(space, (0, pad))[:V]
     space = np.array([info.decode(np.array([i], np.int32)).isspace() for i in range(V)], bool)
