@@ -15,7 +15,11 @@ mechanism or model kind is "another architecture": one error naming a missing pa
 One exception to "same shape or an error": a token table ``encoder/embed/embedding`` with
 more rows in the checkpoint than in the model keeps its first rows, since a masked-LM
 vocabulary is the data's vocabulary with ``[MASK]`` appended (``seqjax.data.objectives``);
-the log says so. Any other shape difference is one error naming the parameter.
+the log says so. Any other shape difference is one error naming the parameter. Since a
+larger table alone cannot tell a ``[MASK]`` row from another vocabulary, the pre-training
+run's ``config.json`` (beside its checkpoints) must describe the same vocabulary: the same
+``data.vocab`` and, for learned ones (SentencePiece, words), the same data set and vocabulary
+options; otherwise one error names both.
 
 Restoring is an Orbax partial restore of only the loaded arrays, each placed directly with
 the new model's sharding (so a sharded or multi-process run restores like a resume); the
@@ -66,6 +70,42 @@ def resolve(value) -> tuple[str, int]:
                "<workdir>/checkpoints/<step>")  # fmt: skip
 
 
+VOCAB_FIELDS = ("vocab", "vocab_size", "spm_model_type", "spm_character_coverage",
+                "spm_input_sentence_size", "words_min_count", "words_max_size")  # fmt: skip
+
+
+def _vocabulary(data: dict) -> dict:
+    """The fields of ``config.data`` that define the token ids (a learned vocabulary also
+    depends on the data set it was learned from)."""
+    vocab = data.get("vocab", "bytes")
+    if vocab in ("bytes", None):
+        return {"vocab": "bytes"}
+    return {"name": data.get("name")} | {f: data.get(f) for f in VOCAB_FIELDS if f in data}
+
+
+def check_vocabulary(value, state_dir: str, data_cfg) -> None:
+    """Raises ``InitFromError`` when the checkpoint's run used another vocabulary than
+    ``data_cfg`` (read from its ``config.json``; a checkpoint without one is not checked)."""
+    from pathlib import Path
+
+    saved_cfg = Path(state_dir).parents[2] / "config.json"  # <workdir>/checkpoints/<step>/state
+    if not saved_cfg.is_file() or data_cfg is None:
+        return
+    try:
+        saved = json.loads(saved_cfg.read_text()).get("data") or {}
+    except (OSError, ValueError):
+        return  # the restore itself reports a damaged run
+    mine = dict(data_cfg.to_dict() if hasattr(data_cfg, "to_dict") else data_cfg)
+    have, want = _vocabulary(saved), _vocabulary(mine)
+    if have != want:
+        keys = [k for k in sorted(set(have) | set(want)) if have.get(k) != want.get(k)]
+        theirs = ", ".join(f"{k}={have.get(k)!r}" for k in keys)
+        ours = ", ".join(f"{k}={want.get(k)!r}" for k in keys)
+        raise _bad(value, f"was trained with another vocabulary (its config.data {theirs}; "
+                   f"this run's {ours}); use the pre-training run's config.data vocabulary "
+                   "options")  # fmt: skip
+
+
 def _saved_params(value, state_dir: str) -> dict:
     """``{path tuple: metadata}`` of the checkpoint's parameters (shapes, dtypes)."""
     try:
@@ -114,6 +154,7 @@ def apply(run, value, workdir=None) -> dict:
     """``run.init()`` with the encoder of checkpoint ``value`` grafted into its ``params``
     (every check runs before the initialisation compiles)."""
     state_dir, step = resolve(value)
+    check_vocabulary(value, state_dir, run.config.get("data"))
     saved = _saved_params(value, state_dir)
     graft = plan(saved, run.abstract["params"], value)
     flat_abstract = traverse_util.flatten_dict(run.abstract["params"])

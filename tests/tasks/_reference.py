@@ -62,6 +62,7 @@ JOBS = {
     },
     "classification_listops_cls": {
         "data.name": "listops",
+        "data.vocab": "bytes",  # ListOps' own tokens (the char LM base config says 'chars')
         "data.max_len": 24,
         "data.listops_num_procs": 1,
         "data.listops_train_size": 64,

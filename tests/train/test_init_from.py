@@ -16,6 +16,7 @@ from seqjax.train import errors, init_from, loop, setup
 
 _DATA = {
     "data.name": "listops",
+    "data.vocab": "bytes",  # the base config is a char LM; ListOps has its own tokens
     "data.max_len": 48,
     "data.listops_train_size": 64,
     "data.listops_validation_size": 16,
@@ -132,3 +133,29 @@ def test_foreign_architecture():
     saved = {("encoder", "block_0", "w"): x, init_from.EMBEDDING: x}  # another mechanism
     with pytest.raises(init_from.InitFromError, match="lacks this model's encoder/block_0/v"):
         init_from.plan(saved, abstract, "x")
+
+
+def test_another_vocabulary_is_refused(tmp_path):
+    """A larger checkpoint table keeps its first rows ([MASK] dropped), so the vocabulary
+    itself is compared: a subword pre-training must not load into a byte or other-size model."""
+    import ml_collections
+
+    data = {"name": "imdb_bytes", "vocab": "sentencepiece", "vocab_size": 8000,
+            "spm_model_type": "bpe", "objective": "mlm"}  # fmt: skip
+    (tmp_path / "config.json").write_text(json.dumps({"data": data}))
+    state = str(tmp_path / "checkpoints" / "7" / "state")
+    same = ml_collections.ConfigDict({**data, "objective": None})  # the fine-tuning run
+    init_from.check_vocabulary("w", state, same)
+    for change, named in (({"vocab": "bytes"}, "vocab='sentencepiece'"),
+                          ({"vocab_size": 4000}, "vocab_size=8000"),
+                          ({"spm_model_type": "unigram"}, "spm_model_type='bpe'"),
+                          ({"name": "wikitext2"}, "name='imdb_bytes'")):  # fmt: skip
+        other = ml_collections.ConfigDict({**data, **change})
+        with pytest.raises(init_from.InitFromError, match=rf"config\.init_from='w' .*{named}"):
+            init_from.check_vocabulary("w", state, other)
+    # byte runs of different data sets share the byte vocabulary
+    data_b = {"name": "listops", "vocab": "bytes"}
+    (tmp_path / "config.json").write_text(json.dumps({"data": data_b}))
+    init_from.check_vocabulary("w", state, ml_collections.ConfigDict({"name": "imdb_bytes"}))
+    (tmp_path / "config.json").unlink()  # a bare checkpoint: nothing to compare
+    init_from.check_vocabulary("w", state, ml_collections.ConfigDict(data))
