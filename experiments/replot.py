@@ -36,7 +36,6 @@ PLOTS = [
     ("timing_plots.py:linformer", "linformer/results/linformer_cpu", "file"),
     ("timing_plots.py:linformer", "linformer/results/linformer_smoke", "file"),
     ("timing_plots.py:lra_speed", "lra_speed/results/lra_speed_cpu", "file"),
-    ("timing_plots.py:lra_speed", "lra_speed/results/issue27/lra_speed_cpu", "file"),
     ("timing_plots.py:lra_memory", "lra_speed/results/lra_memory_cpu_b32", "file"),
     ("timing_plots.py:reformer_growth", "reformer/results/growth", "file"),
     ("timing_plots.py:sparse_transformer", "sparse_transformer/results/cpu", "file"),
