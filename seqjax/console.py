@@ -131,6 +131,8 @@ def run_header(config, run, workdir, *, start_step: int, num_params: int, argv=N
         for split, n in (getattr(run.info, "split_sizes", {}) or {}).items()
     )
     start = "from scratch" if not start_step else f"resumed at step {start_step}"
+    if not start_step and config.get("init_from"):
+        start = f"encoder from init_from={config.init_from}"
     evals = f"validation every {t.eval_every}" if t.eval_every else "no validation"
     saves = f"checkpoint every {t.checkpoint_every}" if t.checkpoint_every else "saved at the end"
     mesh = " x ".join(f"{k}={v}" for k, v in dict(run.mesh.shape).items())
