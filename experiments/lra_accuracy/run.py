@@ -388,7 +388,10 @@ def write(args, rows, skipped=()) -> dict:
     ]
     md = (
         f"# LRA accuracy, Table 1 ({args.scale} scale, {args.recipe} recipe)\n\n"
-        + (f"Optimizer: {rows[0]['optimizer']}; pooling {rows[0]['pooling']}.\n\n" if rows else "")
+        + "".join(
+            f"Optimizer: {r['optimizer']}; pooling {r['pooling']}.\n\n"
+            for r in [r for r in rows if "optimizer" in r][:1]
+        )  # older rows lack it
         + bench.markdown_table(rows, cols, head)
         + "".join(f"\n\nNot run: {k['task']} {k['mechanism']}: {k['why']}." for k in skipped)
         + "\n\nPaper numbers: full-size models trained to convergence on TPUs; ours at the "
