@@ -50,6 +50,7 @@ PLOTS = [
     ("translation/run.py", "translation/results/translation_cpu", "file"),
     ("decoding_speed/run.py", "decoding_speed/results/decoding_speed_cpu", "file"),
     ("linformer_mlm/run.py", "linformer_mlm/results/linformer_mlm_cpu", "file"),
+    ("linformer_mlm/run.py", "linformer_mlm/results/linformer_mlm_subword_cpu", "file"),
 ]
 
 
