@@ -37,7 +37,7 @@ import numpy as np  # noqa: E402
 from jax.sharding import AxisType, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from seqjax.attention import dense, ring  # noqa: E402
+from seqjax.attention import dense, ring, ulysses  # noqa: E402
 
 SCALES = {
     "smoke": dict(budget_mib=4, lengths=(256, 512, 1024, 2048), time_len=256, rounds=3),
@@ -56,7 +56,7 @@ def _mesh(n):
 
 def _step(impl):
     fn = {"chunked": dense.chunked_attention, "ring": ring.ring_attention}.get(
-        impl, ring.ulysses_attention
+        impl, ulysses.ulysses_attention
     )
 
     def loss(q, k, v):

@@ -56,6 +56,7 @@ from seqjax.attention import (
     ring,
     splash,
     tokamax_attention,
+    ulysses,
 )
 from seqjax.attention import masks as masks_lib
 
@@ -244,7 +245,7 @@ def dense_attention(q, k, v, *, implementation="auto", block_q=512, block_k=512,
     if implementation == "auto" and ring.axis_size() > 1:
         implementation = _auto_sequence_parallel(q, k, kwargs.get("causal", False))
     if implementation in ("ring", "ulysses"):
-        fn = ring.ring_attention if implementation == "ring" else ring.ulysses_attention
+        fn = ring.ring_attention if implementation == "ring" else ulysses.ulysses_attention
         return fn(q, k, v, block_q=block_q, block_k=block_k, **kwargs)
     if implementation == "auto" and jax.default_backend() == "tpu":
         no_drop = kwargs.get("dropout_rate", 0.0) == 0.0

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import jax
 import orbax.checkpoint as ocp
@@ -86,8 +87,6 @@ def _vocabulary(data: dict) -> dict:
 def check_vocabulary(value, state_dir: str, data_cfg) -> None:
     """Raises ``InitFromError`` when the checkpoint's run used another vocabulary than
     ``data_cfg`` (read from its ``config.json``; a checkpoint without one is not checked)."""
-    from pathlib import Path
-
     saved_cfg = Path(state_dir).parents[2] / "config.json"  # <workdir>/checkpoints/<step>/state
     if not saved_cfg.is_file() or data_cfg is None:
         return

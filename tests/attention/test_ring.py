@@ -17,7 +17,7 @@ import pytest
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from seqjax.attention import dense, ring
+from seqjax.attention import dense, ring, ulysses
 
 
 def _mesh(n: int, data: int = 1):
@@ -49,7 +49,7 @@ def _value_and_grads(fn, qkv, g, **kw):
 def _check(impl, n, causal, *, h=2, masked=True, data=1):
     qkv, g, kw = _inputs(h=h, masked=masked)
     want, want_grads = _value_and_grads(dense.chunked_attention, qkv, g, causal=causal, **kw)
-    fn = ring.ring_attention if impl == "ring" else ring.ulysses_attention
+    fn = ring.ring_attention if impl == "ring" else ulysses.ulysses_attention
     mesh = _mesh(n, data)
     with jax.set_mesh(mesh):
         sh = NamedSharding(mesh, P("data", "sequence"))
@@ -120,7 +120,7 @@ def test_bad_lengths_and_heads_raise_before_compiling():
         with pytest.raises(ValueError, match="not a multiple of 8"):
             ring.ring_attention(*qkv, causal=True)
         with pytest.raises(ValueError, match="heads per device"):
-            ring.ulysses_attention(*_inputs(t=24, h=2, masked=False)[0])
+            ulysses.ulysses_attention(*_inputs(t=24, h=2, masked=False)[0])
         with pytest.raises(ValueError, match="self-attention"):
             ring.ring_attention(qkv[0][:, :4], qkv[1], qkv[2])
 
@@ -129,7 +129,7 @@ def _per_token_temp_bytes(impl: str, n: int, lengths=(1024, 2048)) -> float:
     """Slope of the compiled per-device temporary memory of attention forward + backward in
     the sequence length (bytes per global token): the part that scales with T, without the
     constant working set of one block pair."""
-    fn = ring.ring_attention if impl == "ring" else ring.ulysses_attention
+    fn = ring.ring_attention if impl == "ring" else ulysses.ulysses_attention
     mesh = _mesh(n)
 
     def loss(q, k, v):
