@@ -390,3 +390,18 @@ def blockwise_attention(
         return out
     lse_BHT = lse_nBHb.transpose(1, 2, 0, 3).reshape(b, h, nq * bq)[:, :, :t]
     return out, lse_BHT
+
+
+def chunked_attention(q, k, v, *, causal=False, block_q=512, block_k=512, **kwargs):
+    """Memory-efficient exact attention (FlashAttention in JAX): ``blockwise_attention`` over
+    the dense block table (``dense``'s ``implementation="chunked"``).
+
+    Blocks are clipped to the sequence lengths, so short inputs use a single block.
+    """
+    t, s = q.shape[1], k.shape[1]
+    bq, bk = min(block_q, t), min(block_k, s)
+    nq, nk = -(-t // bq), -(-s // bk)
+    table, count = dense_table(nq, nk, bq, bk, causal=causal, offset=masks_lib.causal_offset(t, s))
+    return blockwise_attention(
+        q, k, v, table=table, count=count, block_q=bq, block_k=bk, causal=causal, **kwargs
+    )

@@ -131,20 +131,8 @@ def masked_attention(q, k, v, valid, *, scale=None, dropout_rate=0.0, dropout_rn
     )
 
 
-def chunked_attention(q, k, v, *, causal=False, block_q=512, block_k=512, **kwargs):
-    """Memory-efficient exact attention (FlashAttention in JAX); see ``blockwise``.
-
-    Blocks are clipped to the sequence lengths, so short inputs use a single block.
-    """
-    t, s = q.shape[1], k.shape[1]
-    bq, bk = min(block_q, t), min(block_k, s)
-    nq, nk = -(-t // bq), -(-s // bk)
-    table, count = blockwise.dense_table(
-        nq, nk, bq, bk, causal=causal, offset=masks_lib.causal_offset(t, s)
-    )
-    return blockwise.blockwise_attention(
-        q, k, v, table=table, count=count, block_q=bq, block_k=bk, causal=causal, **kwargs
-    )
+# The chunked engine lives in ``blockwise`` (ring and ulysses use it without importing dense).
+chunked_attention = blockwise.chunked_attention
 
 
 def pallas_attention(q, k, v, *, causal=False, block_q=128, block_k=128, **kwargs):

@@ -202,9 +202,8 @@ def _ring_core(n, causal, engine_kwargs):
         return out, jnp.concatenate([jnp.full_like(lse, -jnp.inf), lse], axis=1)
 
     def blockwise_chunked(q, k, v, **kw):
-        from seqjax.attention import dense  # dense imports this module
 
-        return dense.chunked_attention(q, k, v, return_lse=True, **engine_kwargs, **kw)
+        return blockwise.chunked_attention(q, k, v, return_lse=True, **engine_kwargs, **kw)
 
     def kind_index(s, r):
         """0 for the local block; for a visitor from ``src``: 1 if ``src < r`` else 2."""
@@ -321,9 +320,7 @@ def ring_attention(
     """
     n = axis_size()
     if n == 1:  # no sequence axis (or of size 1): the ring is one device's chunked attention
-        from seqjax.attention import dense  # dense imports this module
-
-        return dense.chunked_attention(
+        return blockwise.chunked_attention(
             q, k, v, causal=causal, mask=mask, segment_ids=segment_ids, scale=scale,
             dropout_rate=dropout_rate, dropout_rng=dropout_rng, block_q=block_q,
             block_k=block_k,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import jax
 from jax.sharding import PartitionSpec as P
 
-from seqjax.attention import numerics
+from seqjax.attention import blockwise, numerics
 from seqjax.attention.ring import AXIS, _check, _normalize, _specs, axis_size, local_heads
 
 
@@ -35,11 +35,10 @@ def ulysses_attention(
       ValueError: when ``T != S``, T is not a multiple of ``n``, or the heads per
         tensor-parallel shard are not a multiple of ``n``.
     """
-    from seqjax.attention import dense  # dense imports this module
 
     n = axis_size()
     if n == 1:  # no sequence axis (or of size 1): one device's chunked attention
-        return dense.chunked_attention(
+        return blockwise.chunked_attention(
             q, k, v, causal=causal, mask=mask, segment_ids=segment_ids, scale=scale,
             dropout_rate=dropout_rate, dropout_rng=dropout_rng, block_q=block_q,
             block_k=block_k,
@@ -65,7 +64,7 @@ def ulysses_attention(
         segs = None if q_seg is None else (gather(q_seg), gather(kv_seg))
         if rng is not None:
             rng = jax.random.fold_in(rng, jax.lax.axis_index(AXIS))
-        out = dense.chunked_attention(
+        out = blockwise.chunked_attention(
             to_heads(q),
             to_heads(k),
             to_heads(v),
