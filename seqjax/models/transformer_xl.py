@@ -251,11 +251,13 @@ def _validate(config, bad) -> None:
         bad("eval.same_length", same, "False when the evaluation memory length is 0")
 
 
-RECURRENCE = memory_lib.Recurrence(
-    kind="transformer_xl",
-    train_model=lambda cfg, config: TransformerXL(cfg, mem_len=_mem_len(config)),
-    eval_lengths=eval_lengths,
-    eval_model=_eval_model,
-    attention_options=_attention_options,
-    validate=_validate,
+RECURRENCE = memory_lib.register(
+    memory_lib.Recurrence(
+        kind="transformer_xl",
+        train_model=lambda cfg, config: TransformerXL(cfg, mem_len=_mem_len(config)),
+        eval_lengths=eval_lengths,
+        eval_model=_eval_model,
+        attention_options=_attention_options,
+        validate=_validate,
+    )
 )
