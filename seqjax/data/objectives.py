@@ -39,14 +39,22 @@ import math
 
 import numpy as np
 
-from seqjax.data import packing, pipeline, subword
+from seqjax.data import packing, pipeline, registry, subword
 
 OBJECTIVES = ("", "mlm", "span_corruption")
 OBJECTIVES += ("lm",)  # causal LM over the example texts of imdb_bytes/listops (packing.py)
 # The task (seqjax.tasks) whose batches each objective makes.
 TASK_OF = {"mlm": "mlm", "span_corruption": "seq2seq", "lm": "lm"}
-EXAMPLE_TEXTS = ("imdb_bytes", "listops")
-LM_CORPORA = ("pystdlib", "text_file", "enwik8", "text8")
+
+
+def _example_texts() -> tuple[str, ...]:  # 'lm' and 'mlm' read their example texts
+    return registry.names("texts")
+
+
+def _corpora() -> tuple[str, ...]:  # 'span_corruption' and 'mlm' read windows of a corpus
+    return registry.names("corpus")
+
+
 # Salts that keep the objectives' hash streams apart from the pipelines' own (1, 2, 3).
 _SALT_CHOOSE, _SALT_ACTION, _SALT_RANDOM = 11, 12, 13
 
@@ -172,10 +180,10 @@ def mlm_problems(cfg) -> list[tuple[str, object, str]]:
     if objective not in OBJECTIVES:
         problems.append(("objective", objective, "'' (the data set's own task), 'mlm', "
                          "'span_corruption' or 'lm'"))  # fmt: skip
-    if objective == "lm" and cfg.get("name") not in EXAMPLE_TEXTS:
+    if objective == "lm" and cfg.get("name") not in _example_texts():
         problems.append(("objective", objective, "'' for this data set (an LM corpus is the "
-                         "LM task already); 'lm' reads the example texts of imdb_bytes or "
-                         "listops, one document per example"))  # fmt: skip
+                         "LM task already); 'lm' reads the example texts of "
+                         f"{' or '.join(_example_texts())}, one document per example"))  # fmt: skip
     if objective == "mlm":
         p = cfg.get("mlm_probability")
         if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0 < p < 1:
@@ -187,19 +195,19 @@ def mlm_problems(cfg) -> list[tuple[str, object, str]]:
             problems.append(("mlm_whole_word", ww, "False for listops and vocab='words' (their "
                              "tokens are whole words already; whole-word masking is for "
                              "sentencepiece pieces, bytes and chars)"))  # fmt: skip
-        if cfg.get("name") in ("duplication", "translation_jsonl", "wmt14_ende", "copy", "reverse"):
-            problems.append(("objective", objective,
-                             "'' for this data set; 'mlm' needs a text data set (pystdlib, "
-                             "text_file, enwik8, text8, imdb_bytes, listops)"))  # fmt: skip
+        texts = _corpora() + _example_texts()
+        if cfg.get("name") in registry.names() and cfg.get("name") not in texts:
+            problems.append(("objective", objective, "'' for this data set; 'mlm' needs a "
+                             f"text data set ({', '.join(texts)})"))  # fmt: skip
     if objective != "mlm" and cfg.get("mlm_whole_word", False) not in (False, None):
         problems.append(("mlm_whole_word", cfg.get("mlm_whole_word"), "False unless "
                          "objective='mlm'"))  # fmt: skip
     if objective and cfg.get("lm_batching") == "stream":
         problems.append(("lm_batching", "stream", f"'random' with objective={objective!r}"))
     if objective == "span_corruption":
-        if cfg.get("name") not in LM_CORPORA:
+        if cfg.get("name") not in _corpora():
             problems.append(("objective", objective, "'' for this data set; 'span_corruption' "
-                             f"needs a text corpus ({', '.join(LM_CORPORA)})"))  # fmt: skip
+                             f"needs a text corpus ({', '.join(_corpora())})"))  # fmt: skip
         if cfg.get("vocab") != "sentencepiece":
             problems.append(("vocab", cfg.get("vocab"), "'sentencepiece' with "
                              "objective='span_corruption' (pad 0, BOS, EOS ids; T5)"))  # fmt: skip
@@ -382,24 +390,20 @@ class SpanCorruption:
 
 def base_data(cfg):
     """`config.data` without its objective: the text data set the objective reads."""
-    base = cfg.copy_and_resolve_references()
+    base = packing.base_data(cfg)
     with base.unlocked():
-        base.objective, base.packing = "", False
-        if "mlm_whole_word" in base:
-            base.mlm_whole_word = False
         if cfg.get("objective") == "span_corruption":  # windows of the raw (uncorrupted) length
             base.seq_len = raw_length(int(cfg.max_source_len))
     return base
 
 
-def make_mlm(cfg, split: str, process_index: int, process_count: int, train: bool):
-    """The base data set's batches with BERT masking (`api.make` with objective='mlm')."""
-    from seqjax.data import api
-
+def make_mlm(cfg, split, process_index, process_count, train, base_make, base_info):
+    """The base data set's batches with BERT masking (`api.make` with objective='mlm');
+    `base_make`/`base_info` are `api.make`/`api.info`."""
     base_cfg = base_data(cfg)
     with base_cfg.unlocked():
         base_cfg.num_workers, base_cfg.prefetch = 0, 0  # only its maker is used
-    base = api.make(
+    base = base_make(
         base_cfg,
         split=split,
         process_index=process_index,
@@ -408,7 +412,7 @@ def make_mlm(cfg, split: str, process_index: int, process_count: int, train: boo
     )
     base.close()
     maker, num_steps = base.maker, base.num_steps
-    kind = "classification" if cfg.name in api.CLASSIFICATION_DATASETS else "lm"
+    kind = "lm" if registry.get(cfg.name).task_of(base_cfg) == "lm" else "classification"
     n = len(maker.tokens()) if isinstance(maker, pipeline.LMEvalWindows) else 0
     eff = None
     if cfg.get("packing"):
@@ -419,7 +423,7 @@ def make_mlm(cfg, split: str, process_index: int, process_count: int, train: boo
         eff = packing.log_efficiency(maker, split)
         num_steps = None if train else math.ceil(maker.num_rows() / maker.global_batch)
         kind = "packed"
-    wrapped = wrap_mlm(maker, cfg, api.info(cfg), split=split, train=train, kind=kind,
+    wrapped = wrap_mlm(maker, cfg, mlm_info(cfg, base_info), split=split, train=train, kind=kind,
                        num_tokens=n)  # fmt: skip
     spec = {**base.spec, "objective": "mlm", "mlm_probability": float(cfg.mlm_probability),
             "packing": bool(cfg.get("packing"))}  # fmt: skip
@@ -435,11 +439,22 @@ def make_mlm(cfg, split: str, process_index: int, process_count: int, train: boo
     return it
 
 
-def span_info(cfg):
-    """The corpus's SentencePiece info as seq2seq data with T5 sentinels past its vocabulary."""
-    from seqjax.data import api
+def mlm_info(cfg, base_info):
+    """The text data set's info, [MASK] appended (task 'mlm'); `base_info` is `api.info`."""
+    base = base_info(base_data(cfg))
+    return dataclasses.replace(
+        base, task="mlm", vocab_size=base.vocab_size + 1, mask_id=base.vocab_size
+    )
 
-    base = api.info(base_data(cfg))
+
+def lm_info(cfg, base_info):
+    """The LM of example texts (`packing.make` without packing): the texts' info, task 'lm'."""
+    return dataclasses.replace(base_info(base_data(cfg)), task="lm", num_classes=None)
+
+
+def span_info(cfg, base_info):
+    """The corpus's SentencePiece info as seq2seq data with T5 sentinels past its vocabulary."""
+    base = base_info(base_data(cfg))
     V, K = base.vocab_size, num_sentinels(int(cfg.max_source_len))
 
     def decode(ids):
@@ -459,14 +474,12 @@ def span_info(cfg):
     )  # fmt: skip
 
 
-def make_spans(cfg, split: str, process_index: int, process_count: int, train: bool):
+def make_spans(cfg, split, process_index, process_count, train, base_make, base_info):
     """The corpus's windows, T5 span-corrupted into seq2seq batches (`api.make`)."""
-    from seqjax.data import api
-
     base_cfg = base_data(cfg)
     with base_cfg.unlocked():
         base_cfg.num_workers, base_cfg.prefetch = 0, 0  # only its maker is used
-    base = api.make(
+    base = base_make(
         base_cfg,
         split=split,
         process_index=process_index,
@@ -476,9 +489,10 @@ def make_spans(cfg, split: str, process_index: int, process_count: int, train: b
     base.close()
     maker = base.maker
     n = len(maker.tokens()) if isinstance(maker, pipeline.LMEvalWindows) else 0
-    inf = api.info(cfg)
+    inf = span_info(cfg, base_info)
+    stream = 0 if train else 1 + ("train", "validation", "test").index(split)
     wrapped = SpanCorruption(
-        maker, seed=int(cfg.seed), stream=0 if train else 1 + api.SPLITS.index(split),
+        maker, seed=int(cfg.seed), stream=stream,
         sentinel0=inf.vocab_size - num_sentinels(int(cfg.max_source_len)),
         eos_id=subword.EOS_ID, source_len=int(cfg.max_source_len),
         target_len=int(cfg.max_target_len), num_tokens=n,
@@ -488,3 +502,12 @@ def make_spans(cfg, split: str, process_index: int, process_count: int, train: b
     return pipeline.DataIterator(
         wrapped, base.num_steps, spec, num_workers=int(cfg.num_workers), prefetch=int(cfg.prefetch)
     )
+
+
+def _make_lm(cfg, split, process_index, process_count, train, base_make, base_info):
+    return packing.make(cfg, split, process_index, process_count, train, base_make)
+
+
+registry.register_objective(registry.Objective("mlm", "mlm", mlm_info, make_mlm))
+registry.register_objective(registry.Objective("span_corruption", "seq2seq", span_info, make_spans))
+registry.register_objective(registry.Objective("lm", "lm", lm_info, _make_lm))

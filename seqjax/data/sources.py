@@ -8,7 +8,9 @@ dataset's fingerprint, recorded in the TFDS dataset info.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import os
 from collections.abc import Iterable, Sequence
@@ -235,3 +237,18 @@ def find_source(
     elif urls and not download:
         lines.append("Downloads are off (config.data.download=False).")
     raise SourceMissingError(" ".join(lines))
+
+
+@contextlib.contextmanager
+def prepare_lock(data_dir: str, name: str):
+    """An exclusive ``flock`` on ``data_dir/.name.lock`` (no-op for non-local paths)."""
+    if "://" in str(data_dir):
+        yield
+        return
+    os.makedirs(data_dir, exist_ok=True)
+    with open(os.path.join(data_dir, f".{name}.lock"), "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

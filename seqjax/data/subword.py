@@ -32,6 +32,7 @@ from collections.abc import Sequence
 import numpy as np
 import sentencepiece as spm
 
+from seqjax.data import sources
 from seqjax.data.sources import DataError
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
@@ -150,10 +151,9 @@ def ensure_model(path: str, sentences_fn, opts: SpmOptions) -> str:
     """
     if os.path.isfile(path):
         return path
-    from seqjax.data.store import _prepare_lock  # the lock that guards TFDS preparation
 
     folder = os.path.dirname(path)
-    with _prepare_lock(folder, "sentencepiece"):
+    with sources.prepare_lock(folder, "sentencepiece"):
         if not os.path.isfile(path):
             sentences = sentences_fn()
             logging.info(
@@ -222,3 +222,12 @@ class SentencePieceVocab:
         if EOS_ID in ids:
             ids = ids[: ids.index(EOS_ID)]
         return self.processor.decode([i for i in ids if i not in (PAD_ID, BOS_ID)])
+
+
+def spm_fields(vocab) -> dict:
+    """The `DataInfo` fields of a SentencePiece vocabulary (none for other vocabularies)."""
+    if not isinstance(vocab, SentencePieceVocab):
+        return {}
+    return dict(
+        bos_id=BOS_ID, eos_id=EOS_ID, vocab_file=vocab.path, vocab_fingerprint=vocab.fingerprint
+    )

@@ -46,8 +46,9 @@ class Task:
 
     Attributes:
       name: the registry name, equal to the ``DataInfo.task`` the data produce.
-      datasets: the ``config.data.name`` values whose data are this task (config validation
-        finds the task from them before the data are prepared).
+      datasets: ``config.data.name`` values whose data are this task when their data set
+        does not say (``seqjax.data.registry.DataSet.task`` names the task of every
+        registered data set; config validation finds the task before the data are prepared).
       batch_fields: ``{field: (dtype, rank)}`` of every batch (``check_batch``).
       sum_keys: the float32 scalar sums ``sums`` returns (``weight_sum`` among them).
       unit: what ``tokens_per_step`` counts, shown in the progress line ('tok', 'ex').

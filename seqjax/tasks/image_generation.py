@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from seqjax.data.config import IMAGE_DATASETS
 from seqjax.tasks import base, registry
 
 SPARSE = ("sparse_strided", "sparse_fixed")
@@ -67,13 +66,8 @@ def causal_problem(name: str, options: dict) -> str | None:
 
 class ImageGeneration(base.Task):
     name = "image_generation"
-    datasets = IMAGE_DATASETS
     generates = True
     sample_to_file = True
-
-    def handles(self, data_config) -> bool:
-        """Image sets are generated when ``data.image_task='generation'``."""
-        return data_config.get("image_task") == "generation"
 
     def input_length(self, config) -> int:
         """D = H * W * C sub-pixels of the data set's images."""

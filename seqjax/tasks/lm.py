@@ -18,13 +18,11 @@ from __future__ import annotations
 
 import math
 
-from seqjax.data.config import LM_DATASETS
 from seqjax.tasks import base, registry
 
 
 class LanguageModel(base.Task):
     name = "lm"
-    datasets = LM_DATASETS
     generates = True
 
     def input_length(self, config) -> int:
@@ -40,10 +38,10 @@ class LanguageModel(base.Task):
         return PACKED if config.data.get("packing") else self
 
     def validate(self, config, bad) -> None:
-        from seqjax.data import packing
         from seqjax.models import memory
+        from seqjax.tasks import packing_checks
 
-        packing.model_problems(config, bad)
+        packing_checks.model_problems(config, bad)
 
         m, t = config.model, config.train
         recurrent = memory.kinds().get(memory.kind(config)) is not None

@@ -13,13 +13,11 @@ Legend: B batch, T = ``data.max_len`` bytes per document (+1 for CLS inside the 
 
 from __future__ import annotations
 
-from seqjax.data.config import PAIR_DATASETS
 from seqjax.tasks import base, registry
 
 
 class PairClassification(base.Task):
     name = "pair_classification"
-    datasets = PAIR_DATASETS
     batch_fields = {
         "inputs": ("int32", 2),
         "inputs2": ("int32", 2),

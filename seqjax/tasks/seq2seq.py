@@ -24,7 +24,6 @@ import re
 
 import jax
 
-from seqjax.data.config import SEQ2SEQ_DATASETS
 from seqjax.tasks import base, losses, registry
 
 SUM_KEYS = ("loss_sum", "nll_sum", "correct_sum", "weight_sum")
@@ -34,7 +33,6 @@ class Seq2Seq(base.Task):
     """Encoder-decoder training, beam-search decoding and BLEU/chrF (module docstring)."""
 
     name = "seq2seq"
-    datasets = SEQ2SEQ_DATASETS
     sum_keys = SUM_KEYS
     unit = "tok"  # target token slots per second
     causal = False  # ``model.attention`` is the (bidirectional) encoder's
@@ -81,9 +79,9 @@ class Seq2Seq(base.Task):
         if m.get("kind", "transformer") != "transformer":
             bad("model.kind", m.kind, "'transformer' for a seq2seq data set (no memory model)")
         if d.get("packing"):  # seqjax.data.packing
-            from seqjax.data import packing
+            from seqjax.tasks import packing_checks
 
-            packing.model_problems(config, bad)
+            packing_checks.model_problems(config, bad)
             if m.reversible:
                 bad("data.packing", True, "False with model.reversible=True (the reversible "
                     "encoder-decoder takes no segment ids)")  # fmt: skip
