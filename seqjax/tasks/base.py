@@ -204,8 +204,8 @@ class Task:
         return int(config.data.batch_size) * self.input_length(config)
 
     def flops_per_step(self, run) -> float:
-        """Analytic model FLOPs of one training step (``seqjax.train.flops``)."""
-        from seqjax.train import flops
+        """Analytic model FLOPs of one training step (``seqjax.models.flops``)."""
+        from seqjax.models import flops
 
         return flops.train_flops_per_step(
             run.model_cfg, run.abstract["params"], batch_size=run.config.data.batch_size,

@@ -136,7 +136,7 @@ class ImageGeneration(base.Task):
         return int(config.data.batch_size) * self.input_length(config)
 
     def flops_per_step(self, run) -> float:
-        from seqjax.train import flops
+        from seqjax.models import flops
 
         return flops.train_flops_per_step(
             run.model_cfg, run.abstract["params"], batch_size=run.config.data.batch_size,

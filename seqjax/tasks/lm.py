@@ -83,7 +83,7 @@ class LanguageModel(base.Task):
 
     def flops_per_step(self, run) -> float:
         """PaLM's ``6 N T + 12 L T^2 d`` per window; a tied token table is the logits matmul."""
-        from seqjax.train import flops
+        from seqjax.models import flops
 
         m = run.config.model
         relative = any(name == "relative" for name, _ in run.model_cfg.attention)

@@ -19,9 +19,9 @@ from seqjax import tasks
 from seqjax.attention import ring
 from seqjax.data import api as data_api
 from seqjax.data.config import DATASETS, IMAGE_DATASETS
-from seqjax.models import memory
+from seqjax.models import flops, memory
 from seqjax.models.transformer import DTYPES, POOLINGS, POSITIONALS
-from seqjax.train import flops, optim, sharding
+from seqjax.train import optim, sharding
 
 
 class ConfigError(ValueError):
