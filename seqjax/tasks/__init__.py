@@ -5,8 +5,9 @@
     sums, _ = task.batch_sums(model, params, batch, rng=None, train=False)
 
 Files: ``base.py`` (``Task``: every hook and its default), ``registry.py`` (``register``,
-``get``, ``names``), ``losses.py`` (weighted loss sums), one file per task: ``lm.py``,
-``classification.py``. A new task is a new file (``docs/extending.md``, "A new task").
+``get``, ``names``), ``losses.py`` (weighted loss sums), ``sampling.py`` (LM sampling with
+the decoding caches), one file per task: ``lm.py``, ``classification.py``, ... A new task
+is a new file (``docs/extending.md``, "A new task").
 """
 
 from seqjax.tasks import losses

@@ -215,7 +215,7 @@ class Task:
     # ---- generation ----------------------------------------------------------------------
 
     def check_sample_inputs(self, run, prompt: str, length: int) -> None:
-        """Raises ``seqjax.train.cli_inputs.InputError`` for a prompt/length this run cannot
+        """Raises ``seqjax.tasks.inputs.InputError`` for a prompt/length this run cannot
         sample (before anything compiles)."""
         del run, prompt, length
 

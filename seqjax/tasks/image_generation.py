@@ -146,15 +146,15 @@ class ImageGeneration(base.Task):
     # ---- generation: a grid of images --------------------------------------------------
 
     def check_sample_inputs(self, run, prompt: str, length: int) -> None:
-        from seqjax.train import cli_inputs
+        from seqjax.tasks import inputs
 
         if not 1 <= length <= MAX_SAMPLE_IMAGES:
-            raise cli_inputs.InputError(
+            raise inputs.InputError(
                 f"--length={length} is the number of images for an image model; valid: "
                 f"1..{MAX_SAMPLE_IMAGES}"
             )
         if prompt.strip() and not prompt.strip().endswith(".png"):
-            raise cli_inputs.InputError(
+            raise inputs.InputError(
                 f"--prompt={prompt!r}: for an image model the prompt is the PNG file the "
                 "sample grid is written to (ending in .png), or empty for samples.png"
             )

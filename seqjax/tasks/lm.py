@@ -9,7 +9,7 @@ of imdb_bytes/listops instead (one document per row of ``data.max_len``, or pack
 is ``TransformerLM`` (causal), or a recurrent model (``seqjax.models.memory``:
 Transformer-XL) when ``config.model.kind`` says so. Evaluation reports bits per character
 (``data.vocab='chars'``) or per byte and perplexity; the task generates text
-(``seqjax.train.sampling``).
+(``seqjax.tasks.sampling``).
 
 Legend: B batch, T window length.
 """
@@ -69,7 +69,7 @@ class LanguageModel(base.Task):
 
     def eval_summary(self, sums, config) -> dict:
         """Adds bits per character/byte (loss / ln 2) and perplexity (exp loss)."""
-        from seqjax.train.metrics import bits
+        from seqjax.tasks.losses import bits
 
         out = super().eval_summary(sums, config)
         loss = out["loss"]
@@ -94,10 +94,10 @@ class LanguageModel(base.Task):
         )  # fmt: skip
 
     def check_sample_inputs(self, run, prompt: str, length: int) -> None:
-        from seqjax.train import cli_inputs
+        from seqjax.tasks import inputs
 
         n_prompt = len(run.info.encode(prompt))
-        cli_inputs.check_window(
+        inputs.check_window(
             n_prompt, length, int(run.model_cfg.max_len), run.recurrence is not None
         )
 
@@ -105,7 +105,7 @@ class LanguageModel(base.Task):
         self, run, params, prompt: str, length: int, *, temperature=1.0, top_k=0, top_p=1.0,
         seed=0,
     ) -> str:  # fmt: skip
-        from seqjax.train import sampling
+        from seqjax.tasks import sampling
 
         return sampling.sample_text(
             run, params, prompt, length, temperature=temperature, top_k=top_k, top_p=top_p,

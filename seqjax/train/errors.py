@@ -22,11 +22,12 @@ BUG_LINE = (
 
 def _user_error_types() -> tuple[type, ...]:
     from seqjax.data import sources
-    from seqjax.train import checkpoint, cli_inputs, config_validation, workdir
+    from seqjax.tasks import inputs
+    from seqjax.train import checkpoint, config_validation, workdir
 
     return (
         config_validation.ConfigError,
-        cli_inputs.InputError,
+        inputs.InputError,
         workdir.WorkdirError,
         checkpoint.CheckpointError,
         sources.DataError,
