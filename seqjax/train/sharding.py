@@ -26,8 +26,9 @@ import numpy as np
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 # The rules, the mesh axes and the batch layout are the models' (``seqjax.models.
-# sharding_rules``); the trainer builds its mesh and state shardings on them and hands them on.
-from seqjax.models.sharding_rules import (  # noqa: F401 (rules_and_mesh, global_batch: the loop's)
+# sharding_rules``); the trainer builds its mesh and state shardings on them. The loop, the
+# evaluator, the steps and the state call batch_sharding / global_batch / rules_and_mesh here.
+from seqjax.models.sharding_rules import (  # noqa: F401 (used through this module, see above)
     MESH_AXES,
     RULES,
     batch_sharding,
