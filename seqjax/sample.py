@@ -8,7 +8,7 @@ restores the newest complete checkpoint of a training workdir and prints the pro
 followed by ``length`` generated characters (tokens). The decoding itself (the layers'
 caches: KV cache, recurrent state, ring buffers and summary stores of the windowed and
 sparse patterns, LSH's sorted-chunk cache; prefix recomputation; Transformer-XL memory as
-the cache) is ``seqjax.train.sampling``, reached through the run's task
+the cache) is ``seqjax.tasks.sampling``, reached through the run's task
 (``seqjax.tasks``): any task that ``generates`` can be sampled. ``--decoding`` picks
 ``auto`` (the caches where they reproduce the full forward, the default), ``cache`` or
 ``recompute`` (for checking); the line ``decoding: MODE (why)`` on stderr says which ran.
@@ -22,8 +22,8 @@ import sys
 from absl import app, flags
 
 from seqjax import console
-from seqjax.train import sampling
-from seqjax.train.sampling import sample_text  # noqa: F401 (the LM's library entry point)
+from seqjax.tasks import sampling
+from seqjax.tasks.sampling import sample_text  # noqa: F401 (the LM's library entry point)
 
 
 def main(argv):
@@ -35,10 +35,11 @@ def main(argv):
 
 def _main(argv):
     del argv
+    from seqjax.tasks import inputs
     from seqjax.train import cli_inputs, setup
 
     f = flags.FLAGS
-    cli_inputs.check_sampling_flags(f.length, f.temperature, f.top_k, f.top_p)
+    inputs.check_sampling_flags(f.length, f.temperature, f.top_k, f.top_p)
     run, state, step = cli_inputs.restore(
         lambda s: setup.restore_latest(f.workdir, step=s), f.workdir, f.step, f["import"].value
     )
@@ -47,11 +48,11 @@ def _main(argv):
         from seqjax import tasks
 
         able = ", ".join(n for n in tasks.names() if tasks.get(n).generates)
-        raise cli_inputs.InputError(
+        raise inputs.InputError(
             f"--workdir={f.workdir} trained a {task.name} model, which does not generate; "
             f"sampling needs a task that does: {able}"
         )
-    prompt = cli_inputs.usable_prompt(f.prompt, run.info.encode, run.info.decode) or "\n"
+    prompt = inputs.usable_prompt(f.prompt, run.info.encode, run.info.decode) or "\n"
     length = f.length
     if task.sample_to_file:  # image models: --out is the grid's PNG; --length images (16)
         prompt = f.out or prompt
@@ -67,7 +68,7 @@ def _main(argv):
 
 
 def _mode_line(run, decoding: str) -> str:
-    """``MODE (why)`` of ``seqjax.train.sampling.decoding_mode`` for this run's model."""
+    """``MODE (why)`` of ``seqjax.tasks.sampling.decoding_mode`` for this run's model."""
     if run.recurrence is not None:
         return "memory (the recurrent model's memory is its cache)"
     try:

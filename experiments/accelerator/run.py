@@ -14,7 +14,7 @@ Sections (``--sections``, default all):
   dense at 4K-64K (batch 1, 8 heads x 64).
 * ``train``: tokens/s and MFU of a GPT-2-small-class dense LM (12 layers, d = 768, 12 heads,
   T = 1024, vocab 50,304, bf16 compute / float32 parameters, AdamW), model FLOPs from the
-  analytic count ``6 N T + 12 L T^2 d`` per sequence (``seqjax.train.flops``: PaLM App. B;
+  analytic count ``6 N T + 12 L T^2 d`` per sequence (``seqjax.models.flops``: PaLM App. B;
   causal attention counted in full, as PaLM does) and, for comparison, XLA's
   ``cost_analysis()`` of the compiled step.
 
@@ -46,8 +46,8 @@ import numpy as np
 import optax
 
 from seqjax import attention, bench, environment
+from seqjax.models import flops
 from seqjax.models.transformer import TransformerConfig, TransformerLM
-from seqjax.train import flops
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

@@ -5,7 +5,7 @@ positional embeddings, and the sublayers every model builds from its config (``n
 Legend: B batch, T query length, S key length, H heads, D head dim, E model width (embed),
 F feed-forward width (mlp), L max length, M memory length (Transformer-XL).
 
-Logical axis names on parameters (mapped to mesh axes by ``seqjax.train.sharding``):
+Logical axis names on parameters (mapped to mesh axes by ``seqjax.models.sharding_rules``):
 ``vocab``, ``embed``, ``heads``, ``kv``, ``mlp``, ``length``.
 """
 

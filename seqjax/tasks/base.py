@@ -205,8 +205,8 @@ class Task:
         return int(config.data.batch_size) * self.input_length(config)
 
     def flops_per_step(self, run) -> float:
-        """Analytic model FLOPs of one training step (``seqjax.train.flops``)."""
-        from seqjax.train import flops
+        """Analytic model FLOPs of one training step (``seqjax.models.flops``)."""
+        from seqjax.models import flops
 
         return flops.train_flops_per_step(
             run.model_cfg, run.abstract["params"], batch_size=run.config.data.batch_size,
@@ -216,7 +216,7 @@ class Task:
     # ---- generation ----------------------------------------------------------------------
 
     def check_sample_inputs(self, run, prompt: str, length: int) -> None:
-        """Raises ``seqjax.train.cli_inputs.InputError`` for a prompt/length this run cannot
+        """Raises ``seqjax.tasks.inputs.InputError`` for a prompt/length this run cannot
         sample (before anything compiles)."""
         del run, prompt, length
 

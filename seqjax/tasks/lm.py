@@ -9,7 +9,7 @@ of imdb_bytes/listops instead (one document per row of ``data.max_len``, or pack
 is ``TransformerLM`` (causal), or a recurrent model (``seqjax.models.memory``:
 Transformer-XL) when ``config.model.kind`` says so. Evaluation reports bits per character
 (``data.vocab='chars'``) or per byte and perplexity; the task generates text
-(``seqjax.train.sampling``).
+(``seqjax.tasks.sampling``).
 
 Legend: B batch, T window length.
 """
@@ -67,7 +67,7 @@ class LanguageModel(base.Task):
 
     def eval_summary(self, sums, config) -> dict:
         """Adds bits per character/byte (loss / ln 2) and perplexity (exp loss)."""
-        from seqjax.train.metrics import bits
+        from seqjax.tasks.losses import bits
 
         out = super().eval_summary(sums, config)
         loss = out["loss"]
@@ -81,7 +81,7 @@ class LanguageModel(base.Task):
 
     def flops_per_step(self, run) -> float:
         """PaLM's ``6 N T + 12 L T^2 d`` per window; a tied token table is the logits matmul."""
-        from seqjax.train import flops
+        from seqjax.models import flops
 
         m = run.config.model
         relative = any(name == "relative" for name, _ in run.model_cfg.attention)
@@ -92,10 +92,10 @@ class LanguageModel(base.Task):
         )  # fmt: skip
 
     def check_sample_inputs(self, run, prompt: str, length: int) -> None:
-        from seqjax.train import cli_inputs
+        from seqjax.tasks import inputs
 
         n_prompt = len(run.info.encode(prompt))
-        cli_inputs.check_window(
+        inputs.check_window(
             n_prompt, length, int(run.model_cfg.max_len), run.recurrence is not None
         )
 
@@ -103,7 +103,7 @@ class LanguageModel(base.Task):
         self, run, params, prompt: str, length: int, *, temperature=1.0, top_k=0, top_p=1.0,
         seed=0,
     ) -> str:  # fmt: skip
-        from seqjax.train import sampling
+        from seqjax.tasks import sampling
 
         return sampling.sample_text(
             run, params, prompt, length, temperature=temperature, top_k=top_k, top_p=top_p,

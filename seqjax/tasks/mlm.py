@@ -112,7 +112,7 @@ class MaskedLanguageModel(base.Task):
         return out
 
     def flops_per_step(self, run) -> float:
-        from seqjax.train import flops
+        from seqjax.models import flops
 
         return flops.train_flops_per_step(
             run.model_cfg, run.abstract["params"], batch_size=run.config.data.batch_size,

@@ -88,7 +88,7 @@ class PairClassification(base.Task):
 
     def flops_per_step(self, run) -> float:
         """Both towers: the encoder's FLOPs on ``2 B`` documents of the input length."""
-        from seqjax.train import flops
+        from seqjax.models import flops
 
         return flops.train_flops_per_step(
             run.model_cfg, run.abstract["params"], batch_size=2 * run.config.data.batch_size,

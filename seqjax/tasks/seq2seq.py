@@ -225,13 +225,13 @@ class Seq2Seq(base.Task):
                                            max_batches=max_batches)  # fmt: skip
 
     def check_sample_inputs(self, run, prompt: str, length: int) -> None:
-        from seqjax.train import cli_inputs
+        from seqjax.tasks import inputs
 
         del length
         n = len(run.info.encode(prompt)) + 1  # + EOS
         limit = int(run.config.data.max_source_len)
         if n > limit:
-            raise cli_inputs.InputError(
+            raise inputs.InputError(
                 f"the source has {n} tokens (EOS included), more than this model's "
                 f"data.max_source_len={limit}; shorten it"
             )

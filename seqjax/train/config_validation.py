@@ -20,9 +20,9 @@ from seqjax import tasks
 from seqjax.attention import ring
 from seqjax.data import api as data_api
 from seqjax.data import registry as data_registry
-from seqjax.models import memory
+from seqjax.models import flops, memory
 from seqjax.models.transformer import DTYPES, POOLINGS, POSITIONALS
-from seqjax.train import flops, optim, sharding
+from seqjax.train import optim, sharding
 
 
 class ConfigError(ValueError):

@@ -32,7 +32,8 @@ from jax.experimental import multihost_utils
 
 from seqjax import console
 from seqjax import data as data_lib
-from seqjax.train import checkpoint, extensions, flops, paths, setup, sharding
+from seqjax.models import flops
+from seqjax.train import checkpoint, extensions, paths, setup, sharding
 from seqjax.train import evaluator as evaluator_lib
 from seqjax.train import metrics as metrics_lib
 from seqjax.train import step as step_lib

@@ -3,14 +3,19 @@
 Every piece of workdir I/O (Orbax checkpoints, ``metrics.jsonl``, TensorBoard events,
 ``config.json``, run info, ``result.json``, sweeps) goes through ``etils.epath``, so a
 ``gs://bucket/run`` workdir is written to the bucket (``pip install "seqjax[gcs]"`` installs
-``gcsfs`` for it) and a local one through the same calls.
+``gcsfs`` for it) and a local one through the same calls. The config file a ``--config``
+value names is found (``config_file``) and loaded as a module (``load_file``) here too.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import os
+import pathlib
+import sys
 import time
+import types
 
 from etils import epath
 
@@ -129,6 +134,25 @@ def config_file(spec: str) -> str:
         if found is not None and found.origin and found.origin.endswith(".py"):
             return found.origin + sep + variant
     return os.path.expanduser(name) + sep + variant
+
+
+def load_file(path, name: str | None = None, register: bool = False) -> types.ModuleType:
+    """Imports the Python file ``path`` as a fresh module (``name``: default from the stem).
+
+    ``register`` puts it in ``sys.modules`` under ``name`` first, which dataclasses and
+    pickling need to find their module again. (Config files, experiments and tests load
+    files through ``seqjax.configs.common.load_file``, this function.)
+    """
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"config file {path} does not exist")
+    name = name or f"_seqjax_config_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    if register:
+        sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def resolve_config_flag(argv: list[str]) -> list[str]:

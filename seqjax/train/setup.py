@@ -66,6 +66,12 @@ class Run:
         return jax.tree.map(lambda x: x.sharding, self.abstract)
 
     @property
+    def provenance(self) -> dict:
+        """Which module registered each mechanism the model uses and the task, and the
+        config's imports (``seqjax.train.extensions.provenance``; the run header prints it)."""
+        return extensions.provenance(self.config, self.task, self.model)
+
+    @property
     def is_xl(self) -> bool:
         """Whether the model carries a memory (Transformer-XL is the recurrent kind)."""
         return self.recurrence is not None
