@@ -16,7 +16,9 @@ The loss (``train.xent_chunk``): the plain form materializes the float32 logits
 embedding instead and computes the cross-entropy chunk by chunk
 (``seqjax.models.chunked_xent``; equal values and gradients, no ``[B, T, V]`` array).
 ``None`` (default): chunks of ``AUTO_CHUNK`` tokens where a batch's float32 logits would
-reach ``AUTO_BYTES`` (a GPT-2-sized vocabulary), else the plain form; ``0``: always plain.
+reach ``AUTO_BYTES`` (a GPT-2-sized vocabulary) on a one-device run, else the plain form
+(on a mesh, the chunks' weight-gradient reductions are not measured yet: set the chunk
+explicitly there); ``0``: always plain.
 
 Legend: B batch, T window length, V vocabulary, E model width.
 """
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
 
 from seqjax.data.config import LM_DATASETS
@@ -117,9 +120,10 @@ class LanguageModel(base.Task):
         else:
             w, layout = params["head"]["kernel"], "ev"
         w, chunk = nn.unbox(w), self.xent_chunk  # nn.unbox: params straight from model.init
-        if chunk is None:
+        if chunk is None:  # one device only: a mesh's per-chunk reductions are unmeasured
             logits_bytes = 4 * batch["targets"].size * cfg.vocab_size
-            chunk = AUTO_CHUNK if logits_bytes >= AUTO_BYTES else 0
+            big = logits_bytes >= AUTO_BYTES and jax.device_count() == 1
+            chunk = AUTO_CHUNK if big else 0
         return (w, layout, chunk) if chunk else None
 
     def batch_sums(self, model, params, batch, *, rng, train: bool, memory=None):
