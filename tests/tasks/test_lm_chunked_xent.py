@@ -100,7 +100,11 @@ def test_default_chunks_only_large_logits(monkeypatch):
     assert lm.TASK.configure(_Cfg(None)) is lm.TASK  # None: the registered task itself
     assert lm.TASK.output_layer(model, params, batch) is None  # 2 x 12 x 29 floats: plain
     monkeypatch.setattr(lm, "AUTO_BYTES", 4 * B * T * V)
+    monkeypatch.setattr(lm.jax, "device_count", lambda: 1)
     assert lm.TASK.output_layer(model, params, batch)[1:] == ("ve", lm.AUTO_CHUNK)
+    monkeypatch.setattr(lm.jax, "device_count", lambda: 8)  # a mesh: plain unless asked
+    assert lm.TASK.output_layer(model, params, batch) is None
+    assert lm.TASK.configure(_Cfg(4)).output_layer(model, params, batch)[1:] == ("ve", 4)
     packed = lm.TASK.configure(_Cfg(None, packing=True))
     assert packed is lm.PACKED and tasks.get("lm") is lm.TASK
 
@@ -125,3 +129,37 @@ def test_bad_xent_chunk_is_named(overrides, valid):
         node[leaf] = value
     lm.TASK.validate(config, lambda field, value, want: problems.append((field, value, want)))
     assert any(f == "train.xent_chunk" and valid in w for f, _, w in problems), problems
+
+
+def test_gradient_lowered_for_cuda_has_no_full_logits():
+    """The LM gradient as a GPU runs it (``lowering_lib``: cuDNN attention, bf16 compute),
+    lowered for ``cuda`` on this CPU: ``[C, V]`` chunks, no float32 ``[B, T, V]`` logits
+    (the model's unused logits are gone before XLA); the plain form has them."""
+    from tests.accelerator import lowering_lib
+
+    b, t, v, c = 2, 128, 300, 64
+    cfg = TransformerConfig(vocab_size=v, num_layers=1, num_heads=2, d_model=128, max_len=t,
+                            causal=True, dtype="bfloat16")  # fmt: skip
+    model = TransformerLM(cfg)
+    params = nn.unbox(model.init(jax.random.PRNGKey(0), jnp.zeros((1, t), jnp.int32))["params"])
+    zeros = jnp.zeros((b, t), jnp.int32)
+    batch = {"inputs": zeros, "targets": zeros, "weights": jnp.ones((b, t))}
+
+    def lowered(chunk):
+        task = lm.LanguageModel(xent_chunk=chunk)
+
+        def grad(p, batch):
+            def loss(p):
+                sums, _ = task.batch_sums(model, p, batch, rng=jax.random.PRNGKey(0), train=True)
+                return sums["loss_sum"]
+
+            return jax.grad(loss)(p)
+
+        exported = lowering_lib.export(grad, "cuda", params, batch)
+        calls = {call["target"] for call in lowering_lib.custom_calls(exported)}
+        return exported.mlir_module(), calls
+
+    text, calls = lowered(c)
+    assert "__cudnn$fmhaSoftmaxBackward" in calls  # the GPU's attention path was traced
+    assert f"{c}x{v}xf32" in text and f"{b}x{t}x{v}xf32" not in text
+    assert f"{b}x{t}x{v}xf32" in lowered(0)[0]
