@@ -124,7 +124,10 @@ def feature_attention(
     return _normalise(num_BTHD, den_BTH, eps)
 
 
-def recurrent_attention(phi_q_BTHM, phi_k_BTHM, v_BTHD, state=None, *, mask=None, eps=EPS):
+def recurrent_attention(
+    phi_q_BTHM, phi_k_BTHM, v_BTHD, state=None, *, mask=None, eps=EPS,
+    chunk=linear_chunked.DEFAULT_CHUNK,
+):  # fmt: skip
     """Causal attention of T new tokens continuing ``state`` (the RNN of §3.4, eq. 16-20).
 
     Args:
@@ -133,6 +136,8 @@ def recurrent_attention(phi_q_BTHM, phi_k_BTHM, v_BTHD, state=None, *, mask=None
       state: ``{"kv": [B, H, M, Dv], "z": [B, H, M]}`` (float32) after the earlier tokens,
         or None for an empty prefix.
       mask: ``[B, T]`` padding of the new keys (True = keep).
+      chunk: T > 1 new tokens (a prompt) in chunks of this length (``linear_chunked``,
+        no ``[T, M, Dv]`` states); 0 or one token: the cumsum of eq. 18-19.
 
     Returns:
       ``(out float32 [B, T, H, Dv], new_state)``; feeding a sequence in pieces gives the
@@ -147,6 +152,15 @@ def recurrent_attention(phi_q_BTHM, phi_k_BTHM, v_BTHD, state=None, *, mask=None
         }
     phi_k_BTHM = _mask_keys(phi_k_BTHM, mask, b, t)
     v_BTHD = v_BTHD.astype(jnp.float32)
+    if chunk and t > 1:
+        num_BTHD, den_BTH = linear_chunked.causal_sums(
+            phi_q_BTHM, phi_k_BTHM, v_BTHD, chunk=chunk, state=state
+        )
+        new_state = {
+            "kv": state["kv"] + jnp.einsum("bthm,bthd->bhmd", phi_k_BTHM, v_BTHD),
+            "z": state["z"] + phi_k_BTHM.sum(axis=1),
+        }
+        return _normalise(num_BTHD, den_BTH, eps), new_state
     kv_BTHMD = state["kv"][:, None] + jnp.cumsum(
         jnp.einsum("bthm,bthd->bthmd", phi_k_BTHM, v_BTHD), axis=1
     )
@@ -211,13 +225,17 @@ def linear_attention(
     return out.astype(q_BTHD.dtype)
 
 
-def linear_decode(q_BTHD, k_BTHD, v_BTHD, state=None, *, mask=None, scale=None, **unused):
+def linear_decode(
+    q_BTHD, k_BTHD, v_BTHD, state=None, *, mask=None, scale=None,
+    chunk=linear_chunked.DEFAULT_CHUNK, **unused,
+):  # fmt: skip
     """The ``decode_state`` hook: causal linear attention of new tokens after ``state``."""
     del unused
     _check_scale(scale)
     out, state = recurrent_attention(
-        elu_plus_one(q_BTHD), elu_plus_one(k_BTHD), v_BTHD, state, mask=mask
-    )
+        elu_plus_one(q_BTHD), elu_plus_one(k_BTHD), v_BTHD, state, mask=mask,
+        chunk=linear_chunked.check_chunk(chunk, "linear"),
+    )  # fmt: skip
     return out.astype(q_BTHD.dtype), state
 
 

@@ -55,7 +55,7 @@ def _chunks(x_BTH_, c):
     return x_BTH_.reshape(b, (t + pad) // c, c, *x_BTH_.shape[2:])
 
 
-def causal_sums(phi_q_BTHM, phi_k_BSHM, v_BSHD, *, chunk: int = DEFAULT_CHUNK):
+def causal_sums(phi_q_BTHM, phi_k_BSHM, v_BSHD, *, chunk: int = DEFAULT_CHUNK, state=None):
     """``(num [B, T, H, Dv], den [B, T, H])`` of causal kernelized attention, chunk by chunk.
 
     Args:
@@ -63,6 +63,8 @@ def causal_sums(phi_q_BTHM, phi_k_BSHM, v_BSHD, *, chunk: int = DEFAULT_CHUNK):
         already zeroed.
       v_BSHD: values (float32).
       chunk: C (clamped to T).
+      state: optional ``{"kv": [B, H, M, Dv], "z": [B, H, M]}`` of earlier keys, added to
+        ``S_0`` (decoding a prompt after a cached prefix).
 
     Returns:
       The numerator and normaliser of eq. 9 for each query (bottom-right aligned).
@@ -73,6 +75,8 @@ def causal_sums(phi_q_BTHM, phi_k_BSHM, v_BSHD, *, chunk: int = DEFAULT_CHUNK):
     # S_0, z_0: the keys before the aligned block (visible to every query).
     kv0_BHMD = jnp.einsum("bshm,bshd->bhmd", phi_k_BSHM[:, :offset], v_BSHD[:, :offset])
     z0_BHM = phi_k_BSHM[:, :offset].sum(axis=1)
+    if state is not None:
+        kv0_BHMD, z0_BHM = kv0_BHMD + state["kv"], z0_BHM + state["z"]
     q_BKCHM = _chunks(phi_q_BTHM, c)
     k_BKCHM = _chunks(phi_k_BSHM[:, offset:], c)
     v_BKCHD = _chunks(v_BSHD[:, offset:], c)

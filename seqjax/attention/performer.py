@@ -199,6 +199,7 @@ def performer_decode(
     seed=0,
     orthogonal=True,
     rng=None,
+    chunk=linear_chunked.DEFAULT_CHUNK,
     **unused,
 ):
     """The ``decode_state`` hook: causal FAVOR+ of new tokens after ``state``."""
@@ -207,7 +208,10 @@ def performer_decode(
     w_MD = _projection(q_BTHD, num_features=num_features, seed=seed, orthogonal=orthogonal, rng=rng)
     phi_q = query_features(q_BTHD, w_MD, scale)
     phi_k = key_features(k_BTHD, w_MD, scale, stabilise=False)
-    out, state = linear.recurrent_attention(phi_q, phi_k, v_BTHD, state, mask=mask, eps=0.0)
+    out, state = linear.recurrent_attention(
+        phi_q, phi_k, v_BTHD, state, mask=mask, eps=0.0,
+        chunk=linear_chunked.check_chunk(chunk, "performer"),
+    )  # fmt: skip
     return out.astype(q_BTHD.dtype), state
 
 

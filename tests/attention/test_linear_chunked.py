@@ -96,3 +96,21 @@ def test_bad_chunk_is_named(name, chunk):
         attention.get(name)(q, k, v, causal=True, chunk=chunk)
     with pytest.raises(ValueError, match=f"{name} option chunk="):
         registry.spec(name).validate({"chunk": chunk}, T)
+
+
+@pytest.mark.parametrize("chunk", [4, 64])
+def test_recurrent_prompt_in_chunks_equals_the_cumsum_recurrence(chunk):
+    """Decoding: a prompt of T tokens after a cached prefix, in chunks == the cumsum form
+    (outputs and the new state) == the full causal forward's last T rows."""
+    q, k, v, _ = _qkv(T + 6, seed=2)
+    k_pre, v_pre = k[:, :6], v[:, :6]
+    k_new, v_new = k[:, 6:], v[:, 6:]
+    phi = linear.elu_plus_one
+    _, state = linear.recurrent_attention(phi(q[:, :6]), phi(k_pre), v_pre, chunk=0)
+    got, got_state = linear.recurrent_attention(phi(q), phi(k_new), v_new, state, chunk=chunk)
+    want, want_state = linear.recurrent_attention(phi(q), phi(k_new), v_new, state, chunk=0)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    for key in ("kv", "z"):
+        np.testing.assert_allclose(got_state[key], want_state[key], rtol=1e-5, atol=1e-5)
+    full = attention.get("linear")(q, k, v, causal=True)  # T queries after 6 more keys
+    np.testing.assert_allclose(got, full, rtol=1e-4, atol=1e-5)
