@@ -25,6 +25,7 @@ Legend: B batch, T window length, V vocabulary, E model width.
 
 from __future__ import annotations
 
+import copy
 import math
 
 import jax
@@ -41,9 +42,10 @@ class LanguageModel(base.Task):
     name = "lm"
     datasets = LM_DATASETS
     generates = True
+    xent_chunk: int | None = None  # train.xent_chunk (module docstring)
 
     def __init__(self, xent_chunk: int | None = None):
-        self.xent_chunk = xent_chunk  # train.xent_chunk (module docstring)
+        self.xent_chunk = xent_chunk
 
     def input_length(self, config) -> int:
         """``data.seq_len``; ``data.max_len`` for the example texts (``objective='lm'``)."""
@@ -59,7 +61,11 @@ class LanguageModel(base.Task):
         task = PACKED if config.data.get("packing") else self
         train = getattr(config, "train", None)
         chunk = None if train is None else train.get("xent_chunk")
-        return task if chunk is None else type(task)(xent_chunk=int(chunk))
+        if chunk is None:
+            return task
+        task = copy.copy(task)  # any subclass, its other state kept
+        task.xent_chunk = int(chunk)
+        return task
 
     def validate(self, config, bad) -> None:
         from seqjax.data import packing
