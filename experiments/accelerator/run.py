@@ -376,7 +376,16 @@ def main(argv=None):
     parser.add_argument("--out", default=str(HERE / "results"))
     parser.add_argument("--no-peers", action="store_true", help="skip the PyTorch peers")
     parser.add_argument("--tests-timeout", type=int, default=1800, help="seconds (tests)")
+    parser.add_argument(
+        "--xent-chunks", default="", help="train: more loss chunk sizes to time, e.g. 256,4096"
+    )
     args = parser.parse_args(argv)
+    try:
+        xent_chunks = tuple(int(c) for c in args.xent_chunks.split(",") if c.strip())
+    except ValueError:
+        xent_chunks = (-1,)
+    if any(c < 1 for c in xent_chunks):
+        parser.error(f"--xent-chunks={args.xent_chunks!r}: positive integers, comma-separated")
     scale = SCALES[args.scale]
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     unknown = set(sections) - {"tests", "dense", "sparse", "efficient", "train"}
@@ -405,8 +414,9 @@ def main(argv=None):
         rows += efficient_section(scale)
     if "train" in sections:
         rows += _sibling("train_bench").train_section(
-            scale["train_batch"], scale["rounds"], args.scale == "smoke", interleaved, peers
-        )
+            scale["train_batch"], scale["rounds"], args.scale == "smoke", interleaved, peers,
+            xent_chunks,
+        )  # fmt: skip
         print(json.dumps(rows[-1]), flush=True)
     env = {"device": getattr(device, "device_kind", str(device)), **environment.capture()}
     env["torch"] = peers.version() if peers is not None else "not used"

@@ -9,6 +9,7 @@ kept between calls, so donation and the optimizer work as in training):
   no float32 ``[B, T, V]`` logits);
 * ``seqjax_plain_xent``: the same with ``xent_chunk = 0`` (the materialized logits and
   ``optax``'s cross-entropy), so every run measures the chunked loss's effect;
+* ``seqjax_xent<C>`` (``run.py --xent-chunks 256,4096``): other chunk sizes;
 * ``torch_compile`` / ``torch_eager``: ``peers.train_peers`` (nanoGPT).
 
 MFU: the analytic model FLOPs ``6 N T + 12 L T^2 d`` per sequence (PaLM App. B; the
@@ -87,9 +88,10 @@ def xla_flops_note(xla: float, analytic: float) -> str | None:
     )
 
 
-def train_section(batch: int, rounds: int, smoke: bool, interleaved, peers=None):
+def train_section(batch: int, rounds: int, smoke: bool, interleaved, peers=None, xent_chunks=()):
     """One row: seconds, tokens/s and MFU of every contender, ratios to ``seqjax``
-    (``interleaved``: ``run.interleaved``; ``peers``: the ``peers`` module, or None)."""
+    (``interleaved``: ``run.interleaved``; ``peers``: the ``peers`` module, or None;
+    ``xent_chunks``: more loss chunk sizes, each a contender ``seqjax_xent<C>``)."""
     shape = TINY if smoke else GPT2
     cfg = TransformerConfig(
         vocab_size=shape["vocab"], num_layers=shape["layers"], num_heads=shape["heads"],
@@ -105,6 +107,9 @@ def train_section(batch: int, rounds: int, smoke: bool, interleaved, peers=None)
     xla = flops.compiled_flops(compiled)
     fn_plain, _, _, _ = _seqjax_step(cfg, tokens, 0)
     contenders["seqjax_plain_xent"], counts["seqjax_plain_xent"] = fn_plain, counts["seqjax"]
+    for c in xent_chunks:  # a sweep for the device (train.xent_chunk)
+        contenders[f"seqjax_xent{c}"] = _seqjax_step(cfg, tokens, c)[0]
+        counts[f"seqjax_xent{c}"] = counts["seqjax"]
     if peers is not None:
         try:
             fns, info = peers.train_peers(

@@ -23,6 +23,8 @@ def test_accelerator_script_smoke(tmp_path):
         "smoke",
         "--out",
         str(tmp_path),
+        "--xent-chunks",
+        "16",
     ]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -35,7 +37,7 @@ def test_accelerator_script_smoke(tmp_path):
     by_section = {r["section"]: r for r in payload["rows"]}
     want = {
         "efficient": {"performer", "linear", "performer_prefix", "linear_prefix"},
-        "train": {"seqjax", "seqjax_plain_xent"},
+        "train": {"seqjax", "seqjax_plain_xent", "seqjax_xent16"},
     }
     if importlib.util.find_spec("torch") is not None:  # the peers, in the same process
         want |= {"dense": {"torch_sdpa"}, "sparse": {"flex_strided", "flex_fixed"}}
