@@ -125,6 +125,10 @@ def train() -> ml_collections.ConfigDict:
     c.stop_after = 0
     # Token-level label smoothing epsilon of sequence-to-sequence losses (Vaswani et al.: 0.1).
     c.label_smoothing = 0.0
+    # LM cross-entropy in chunks of this many tokens, never the float32 [B, T, V] logits
+    # (seqjax.models.chunked_xent): None = chunked where those logits would reach 256 MiB
+    # on one device, 0 = the plain form (seqjax.tasks.lm).
+    c.xent_chunk = config_dict.placeholder(int)
     # A task that generates (the LM; seqjax.tasks.Task.generates): the end-of-run sample
     # (a seq2seq task translates the prompt).
     c.sample_prompt = "def "  # prompt of the sample printed at the end
