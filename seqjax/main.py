@@ -25,7 +25,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from seqjax import console
-from seqjax.train import errors, paths, sharding
+from seqjax.train import checkpoint, errors, paths, run_log, sharding
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config",
@@ -67,8 +67,12 @@ class _Interrupt:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-def train(config, workdir: str) -> dict:
-    """Validates, checks the workdir, locks it, checks a resume, then trains."""
+def train(config, workdir: str, *, log_file: bool = False) -> dict:
+    """Validates, checks the workdir, locks it, checks a resume, then trains.
+
+    ``log_file`` (the command line's runs): library noise goes to ``<workdir>/seqjax.log``
+    from here on (``seqjax.train.run_log``), not to the console.
+    """
     from seqjax.train import config_validation, extensions, loop, resume_check
     from seqjax.train import workdir as workdir_lib
 
@@ -76,8 +80,12 @@ def train(config, workdir: str) -> dict:
     extensions.prepare_training(config, workdir)  # config.imports (and a resumed run's)
     config_validation.validate(config)  # exit 2 before anything is created or compiled
     workdir_lib.check_usable(workdir)
+    if log_file:
+        run_log.RunLog.open(workdir)
     lock = workdir_lib.acquire_for_job(workdir)
     try:
+        if lock is not None:  # process 0, holding the workdir: a stopped job's partial save
+            checkpoint.remove_partial_saves(workdir)
         resume_check.check(config, workdir)
         return loop.train_and_evaluate(config, workdir)
     finally:
@@ -97,13 +105,13 @@ def main(argv):
         extensions.add_imports(config, _IMPORT.value)
         extensions.apply_option_overrides(config, _OPTION_OVERRIDES)
         sharding.maybe_initialize_distributed()
-        result = train(config, workdir)
+        result = train(config, workdir, log_file=True)
     except KeyboardInterrupt:  # before the loop could save, or a second Ctrl-C
         print(f"error: {errors.interrupted_message(workdir)}", file=sys.stderr, flush=True)
         sys.stdout.flush()
         os._exit(130)  # abandon a save in flight without waiting for (or noise from) it
     except Exception as e:  # every failure ends in one sentence, or a traceback for bugs
-        sys.exit(errors.report(e, workdir))
+        sys.exit(run_log.report(e, workdir))
     if interrupt.count and result.get("stopped") == "preempted":
         print(
             f"interrupted at step {result['step']}: checkpoint saved in {workdir}; rerun the "

@@ -29,6 +29,24 @@ def _reason(e: BaseException) -> str:
     return f"{type(e).__name__}: {lines[0][:300] if lines else ''}".rstrip(": ")
 
 
+TMP_SUFFIX = ".orbax-checkpoint-tmp"
+
+
+def remove_partial_saves(workdir: str) -> list[str]:
+    """Deletes ``checkpoints/<step>.orbax-checkpoint-tmp*`` folders: saves a stopped job
+    (full disk, ``kill -9``) never finalized. Only for the job that holds the workdir's
+    lock (a running job's save in flight looks the same). Returns the names removed."""
+    d = paths.workdir_path(workdir) / "checkpoints"
+    try:
+        partial = [p for p in d.iterdir() if TMP_SUFFIX in p.name]
+    except OSError:
+        return []
+    for p in partial:
+        p.rmtree() if p.is_dir() else p.unlink()
+        logging.info("checkpoint: removed %s (a save that never finished)", p)
+    return sorted(p.name for p in partial)
+
+
 class Checkpointer:
     """The workdir's ``CheckpointManager`` with the three items seqjax saves.
 
