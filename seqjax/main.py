@@ -12,6 +12,7 @@ Exit status: 0 done or stopped by SIGTERM (checkpoint saved); 2 a problem with t
 that one sentence explains (config, config file, data, workdir, resume with another
 config, disk full); 3 non-finite loss (nothing saved after the last good checkpoint);
 130 Ctrl-C (the checkpoint is saved first; a second Ctrl-C abandons the save in flight);
+143 SIGTERM before the first training step or after the last (one sentence: nothing saved);
 1 a bug in seqjax (the only case with a traceback).
 """
 
@@ -61,10 +62,54 @@ class _Interrupt:
         del signum, frame
         self.count += 1
         term = signal.getsignal(signal.SIGTERM)
-        if self.count > 1 or term in (signal.SIG_DFL, signal.SIG_IGN, None):
+        if self.count > 1 or term in (signal.SIG_DFL, signal.SIG_IGN, None, _on_sigterm):
             raise KeyboardInterrupt
         print("\ninterrupted: saving a checkpoint (Ctrl-C again to abandon it)", file=sys.stderr)
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+class _Terminated(BaseException):
+    """SIGTERM outside the training steps (the loop has its own handler, which saves)."""
+
+
+def _on_sigterm(signum, frame):
+    del signum
+    raise _Terminated(_phase(frame))
+
+
+def _phase(frame) -> str:
+    """What SIGTERM stopped: start-up, or the end of a run (its final evaluation, sample)."""
+    while frame is not None:
+        if frame.f_code.co_name == "train_and_evaluate" and "flag" in frame.f_locals:
+            return "after the training steps (final evaluation or sample)"
+        frame = frame.f_back
+    return "during start-up (data, model or compilation), before the first training step"
+
+
+def _own_sigterm() -> None:
+    """Installs ``_on_sigterm`` unless JAX's preemption notifier owns SIGTERM (several
+    processes with ``jax.distributed``'s preemption service: see ``loop._StopFlag``)."""
+    import jax
+    from jax._src import distributed
+
+    multi = jax.process_count() > 1
+    if not (multi and distributed.global_state.preemption_sync_manager is not None):
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def terminated_message(phase: str, workdir: str | None) -> str:
+    """The sentence for SIGTERM outside the training steps (``_phase``'s ``phase``)."""
+    step = errors.newest_checkpoint(workdir)
+    if phase.startswith("after"):
+        return (
+            f"stopped by SIGTERM {phase}: the checkpoint of step {step} in {workdir} is saved; "
+            "rerun the same command to evaluate it"
+        )
+    kept = "there is no checkpoint yet" if step is None else f"checkpoint {step} is untouched"
+    return (
+        f"stopped by SIGTERM {phase}: nothing was saved by this run ({kept} in {workdir}); "
+        "rerun the same command to start again"
+    )
 
 
 def train(config, workdir: str, *, log_file: bool = False) -> dict:
@@ -105,7 +150,12 @@ def main(argv):
         extensions.add_imports(config, _IMPORT.value)
         extensions.apply_option_overrides(config, _OPTION_OVERRIDES)
         sharding.maybe_initialize_distributed()
+        _own_sigterm()
         result = train(config, workdir, log_file=True)
+    except _Terminated as stop:  # before the loop's handler (which saves), or after it
+        print(f"error: {terminated_message(str(stop), workdir)}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(143)  # 128 + SIGTERM, as before, now with a sentence
     except KeyboardInterrupt:  # before the loop could save, or a second Ctrl-C
         print(f"error: {errors.interrupted_message(workdir)}", file=sys.stderr, flush=True)
         sys.stdout.flush()

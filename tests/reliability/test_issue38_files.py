@@ -75,7 +75,7 @@ def test_a_damaged_sentencepiece_model_is_retrained_to_the_same_bytes(tmp_path):
         f.write(b"not a model" * 10)
     subword._processor.cache_clear()
     with pytest.raises(DataError, match="SentencePiece model .*m.model"):
-        subword.SentencePieceVocab(path).size  # read directly: one sentence naming the file
+        _ = subword.SentencePieceVocab(path).size  # read directly: one sentence naming the file
     subword._processor.cache_clear()
     assert subword.ensure_model(path, lambda: sentences, opts) == path
     assert open(path, "rb").read() == good
