@@ -24,7 +24,13 @@ class CheckpointError(RuntimeError):
 
 
 def _reason(e: BaseException) -> str:
-    """``Type: first line`` of an exception (Orbax/TensorStore messages run for pages)."""
+    """``Type: first line`` of the innermost cause of an exception: TensorStore's own error
+    (``OUT_OF_RANGE: Error reading "params..." ...``), not Orbax's wrapper around it, whose
+    message runs for pages (``Encountered error while reading array index ...``)."""
+    seen = {id(e)}
+    while (inner := e.__cause__ or e.__context__) is not None and id(inner) not in seen:
+        seen.add(id(inner))
+        e = inner
     lines = str(e).strip().splitlines()
     return f"{type(e).__name__}: {lines[0][:300] if lines else ''}".rstrip(": ")
 
