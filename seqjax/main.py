@@ -26,7 +26,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from seqjax import console
-from seqjax.train import checkpoint, errors, paths, run_log, sharding
+from seqjax.train import checkpoint, errors, field_checks, paths, run_log, sharding
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config",
@@ -180,6 +180,7 @@ def run():
     try:  # --import modules register mechanisms before the config and its overrides load
         extensions.import_modules(extensions.imports_in_argv(sys.argv), field="--import")
         problem = errors.config_file_problem(sys.argv)
+        problem = problem or field_checks.override_type_problem(sys.argv)  # int given 'abc'
     except extensions.ExtensionError as e:
         problem = str(e)
     if problem:

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # real training jobs (the fast tests of the same faults: test_issue38_files, test_run_log)
+
 NOISE = ("Traceback", "Event loop is closed", "RESOURCE_EXHAUSTED", "_SignalingThread",
          "Encountered error while reading", "Logging error")  # fmt: skip
 
