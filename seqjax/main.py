@@ -171,6 +171,23 @@ def main(argv):
         sys.exit(130)
 
 
+def _file_config():
+    """The ``--config`` file's config before the overrides (None when it does not load:
+    ``errors.config_file_problem`` says why)."""
+    spec = errors._config_arg(sys.argv)
+    if not spec:
+        return None
+    from seqjax.configs import common
+
+    path, _, variant = spec.partition(":")
+    try:
+        return common.load_file(path, "_seqjax_config_types").get_config(
+            *([variant] if variant else [])
+        )
+    except Exception:  # noqa: BLE001 - reported by errors.config_file_problem
+        return None
+
+
 def run():
     """Console script ``seqjax-train`` (same flags as ``python -m seqjax.main``)."""
     # --config accepts a module name too (seqjax.configs.char_lm:smoke: installed package).
@@ -180,7 +197,7 @@ def run():
     try:  # --import modules register mechanisms before the config and its overrides load
         extensions.import_modules(extensions.imports_in_argv(sys.argv), field="--import")
         problem = errors.config_file_problem(sys.argv)
-        problem = problem or field_checks.override_type_problem(sys.argv)  # int given 'abc'
+        problem = problem or field_checks.override_type_problem(_file_config(), sys.argv)
     except extensions.ExtensionError as e:
         problem = str(e)
     if problem:

@@ -66,22 +66,11 @@ def _valid_ints(config, key: str) -> str:
     return "an integer"
 
 
-def override_type_problem(argv: list[str]) -> str | None:
+def override_type_problem(config, argv: list[str]) -> str | None:
     """A sentence for the first ``--config.<field>=<value>`` whose value is not of the
-    field's type (int, float or bool), naming the field and its valid values."""
-    from seqjax.train import errors
-
-    spec = errors._config_arg(argv)
-    if not spec:
-        return None
-    path, _, variant = spec.partition(":")
-    try:
-        from seqjax.configs import common
-
-        config = common.load_file(path, "_seqjax_config_types").get_config(
-            *([variant] if variant else [])
-        )
-    except Exception:  # noqa: BLE001 - config_file_problem reports a broken config file
+    field's type (int, float or bool), naming the field and its valid values. ``config``:
+    the ``--config`` file's config before the overrides (None: nothing to check)."""
+    if config is None:
         return None
     for key, value in _overrides(argv):
         found = _field_type(config, key)

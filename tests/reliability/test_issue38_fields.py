@@ -53,7 +53,7 @@ def test_overlong_translation_sample_prompt_is_refused_before_step_0():
 )
 def test_wrong_type_overrides_name_the_field_and_valid_values(override, expected):
     argv = ["seqjax.main", f"--config={CONFIGS}/char_lm.py:smoke", override]
-    problem = field_checks.override_type_problem(argv)
+    problem = field_checks.override_type_problem(_config("char_lm", "smoke"), argv)
     assert problem is not None and expected in problem
     assert problem.startswith(override.split("=")[0] + "=")
     assert "invalid literal" not in problem
@@ -63,4 +63,4 @@ def test_right_type_overrides_pass():
     argv = ["seqjax.main", f"--config={CONFIGS}/char_lm.py:smoke", "--config.train.num_steps=7",
             "--config.optimizer.learning_rate=1e-3", "--config.train.final_eval=false",
             "--config.data.batch_size", "4"]  # fmt: skip
-    assert field_checks.override_type_problem(argv) is None
+    assert field_checks.override_type_problem(_config("char_lm", "smoke"), argv) is None
