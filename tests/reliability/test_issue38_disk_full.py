@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # real training jobs (the fast tests of the same faults: test_issue38_files, test_run_log)
+# Real training jobs; the fast tests of the same faults: test_issue38_files, test_run_log.
+pytestmark = pytest.mark.slow
 
 NOISE = ("Traceback", "Event loop is closed", "RESOURCE_EXHAUSTED", "_SignalingThread",
          "Encountered error while reading", "Logging error")  # fmt: skip
@@ -72,7 +73,6 @@ def test_simulated_full_disk_then_resume(helpers, corpus, tmp_path):
     assert all(len(v) == 1 for v in by_step.values())
 
 
-@pytest.mark.slow
 def test_full_tmpfs_then_resume(helpers, corpus, tmp_path, reference_losses):
     if not _can_mount_tmpfs(tmp_path):
         pytest.skip("no tmpfs can be mounted here (the simulated ENOSPC test covers it)")
