@@ -17,6 +17,7 @@ An image model draws ``length`` images and writes them as one PNG grid to ``--ou
 
 from __future__ import annotations
 
+import os
 import sys
 
 from absl import app, flags
@@ -40,6 +41,7 @@ def _main(argv):
 
     f = flags.FLAGS
     inputs.check_sampling_flags(f.length, f.temperature, f.top_k, f.top_p)
+    check_out(f.out)  # before the checkpoint is restored and anything is generated
     run, state, step = cli_inputs.restore(
         lambda s: setup.restore_latest(f.workdir, step=s), f.workdir, f.step, f["import"].value
     )
@@ -65,6 +67,27 @@ def _main(argv):
     if f.out and not task.sample_to_file:
         with open(f.out, "w", encoding="utf-8") as out:
             out.write(prompt + text)
+
+
+def check_out(out: str | None) -> None:
+    """``InputError`` when ``--out`` cannot be written: a folder, or in a missing folder."""
+    if not out:
+        return
+    from seqjax.tasks import inputs
+
+    path = os.path.expanduser(out)
+    if os.path.isdir(path):
+        example = os.path.join(out, "samples.png")
+        raise inputs.InputError(
+            f"--out={out} is a folder; give the file to write, e.g. --out={example}"
+        )
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise inputs.InputError(
+            f"--out={out}: its folder {folder} does not exist; create it or give another file"
+        )
+    if not os.access(folder, os.W_OK):
+        raise inputs.InputError(f"--out={out}: the folder {folder} is not writable")
 
 
 def _mode_line(run, decoding: str) -> str:

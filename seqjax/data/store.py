@@ -15,7 +15,7 @@ import os
 import numpy as np
 import tensorflow_datasets as tfds
 
-from seqjax.data import corpora, registry, sources, subword
+from seqjax.data import corpora, registry, source_stamp, sources, subword
 from seqjax.data import vocab as vocab_lib
 from seqjax.data import words as words_lib
 
@@ -88,11 +88,17 @@ def builder(key: DatasetKey) -> tfds.core.DatasetBuilder:
     # (the builder is created under the lock so that it reads the finished dataset's info).
     with _prepare_lock(key.data_dir, key.tfds_name):
         existed = os.path.isdir(_prepared_dir(key))
+        stamp = source_stamp.stamp_path(key.data_dir, key.tfds_name, key.config_name)
+        if existed:  # reused by name: a manual_dir with another archive is named
+            source_stamp.check(stamp, key.options.manual_dir, _prepared_dir(key))
         try:
             b = key.builder_cls(data_dir=key.data_dir, **_builder_kwargs(key))
-            b.download_and_prepare(
-                download_config=tfds.download.DownloadConfig(manual_dir=key.options.manual_dir)
-            )
+            with sources.recording() as found:
+                b.download_and_prepare(
+                    download_config=tfds.download.DownloadConfig(manual_dir=key.options.manual_dir)
+                )
+            if not existed:
+                source_stamp.write(stamp, found)
             meta = dict(b.info.metadata)  # read lazily: a damaged metadata.json fails here
         except (sources.DataError, sources.SourceMissingError, sources.ChecksumMismatchError):
             raise

@@ -149,11 +149,23 @@ def ensure_model(path: str, sentences_fn, opts: SpmOptions) -> str:
       sentences_fn: () -> the training split's sentences (called only when training).
       opts: the model options.
     """
-    if os.path.isfile(path):
+    if os.path.isfile(path) and _parses(path):
         return path
 
     folder = os.path.dirname(path)
     with sources.prepare_lock(folder, "sentencepiece"):
+        if os.path.isfile(path) and not _parses(path):
+            # Damaged (truncated, overwritten): kept aside and retrained, as a deleted one is
+            # (the same sentences and options give the same bytes).
+            aside = f"{path}.damaged"
+            os.replace(path, aside)
+            _processor.cache_clear()
+            logging.warning(
+                "the SentencePiece model %s is damaged (it does not parse); moved it to %s "
+                "and training it again from the prepared data",
+                path,
+                aside,
+            )
         if not os.path.isfile(path):
             sentences = sentences_fn()
             logging.info(
@@ -167,9 +179,25 @@ def ensure_model(path: str, sentences_fn, opts: SpmOptions) -> str:
     return path
 
 
+def _parses(path: str) -> bool:
+    """Whether ``path`` holds a SentencePiece model (not a truncated or foreign file)."""
+    try:
+        spm.SentencePieceProcessor(model_file=path)
+    except (RuntimeError, OSError):
+        return False
+    return True
+
+
 @functools.lru_cache(maxsize=8)
 def _processor(path: str) -> spm.SentencePieceProcessor:
-    return spm.SentencePieceProcessor(model_file=path)
+    try:
+        return spm.SentencePieceProcessor(model_file=path)
+    except (RuntimeError, OSError) as e:
+        reason = (str(e).strip().splitlines() or ["unreadable"])[0][:200]
+        raise DataError(
+            f"the SentencePiece model {path} cannot be read ({reason}); delete it and rerun the "
+            "training command, which trains it again from the prepared data"
+        ) from None
 
 
 @dataclasses.dataclass(frozen=True)

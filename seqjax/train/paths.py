@@ -19,6 +19,8 @@ import types
 
 from etils import epath
 
+from seqjax.train import lines
+
 #: URI schemes ``etils.epath`` reads and writes through fsspec (gcsfs, s3fs, adlfs...).
 REMOTE_PREFIXES = ("gs://", "s3://", "az://")
 
@@ -111,10 +113,14 @@ class _RewrittenTextFile:
 
 
 def open_append(path: epath.Path):
-    """A line-buffered text file opened for appending (rewritten whole on object stores)."""
+    """A text file for appending whole lines (rewritten whole on object stores).
+
+    Locally each line is written whole or not at all, and a torn last line left by an
+    earlier process is removed first (``seqjax.train.lines``).
+    """
     if is_remote(path):
         return _RewrittenTextFile(path)
-    return open(os.fspath(path), "a", buffering=1)
+    return lines.LineFile(os.fspath(path))
 
 
 def config_file(spec: str) -> str:

@@ -20,7 +20,16 @@ from seqjax import data as data_lib
 from seqjax.data import pipeline
 from seqjax.models import memory
 from seqjax.models.transformer import TransformerConfig
-from seqjax.train import checkpoint, config_validation, extensions, optim, paths, sharding, state
+from seqjax.train import (
+    checkpoint,
+    config_validation,
+    extensions,
+    field_checks,
+    optim,
+    paths,
+    sharding,
+    state,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,7 +105,10 @@ def build(config, *, validate: bool = True) -> Run:
         model, tx, input_shapes, config.seed, mesh, memory_batch=memory_batch
     )
     epoch_steps = _stream_epoch_steps(config, info) if rec else None
-    return Run(config, info, task, model, tx, schedule, mesh, abstract, init, rec, epoch_steps)
+    run = Run(config, info, task, model, tx, schedule, mesh, abstract, init, rec, epoch_steps)
+    if validate and (problem := field_checks.sample_prompt_problem(run)):  # before step 0
+        raise config_validation.ConfigError(problem)
+    return run
 
 
 def _stream_epoch_steps(config, info) -> int:
