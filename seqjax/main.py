@@ -67,6 +67,37 @@ class _Interrupt:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
+# Kernelized attention: no attention matrix, hence no attention dropout (config validation).
+KERNELIZED = ("performer", "linear")
+
+
+def fit_attention_dropout(config, argv) -> bool:
+    """Gives kernelized layers the attention dropout they take: when the model uses
+    performer or linear attention (Choromanski et al. 2021; Katharopoulos et al. 2020),
+    whose outputs have no attention matrix to drop, and ``--config.model.
+    attention_dropout_rate`` is not on the command line, a config's default rate becomes 0
+    (LRA's own code runs these mechanisms with the dense configs, its fast attention
+    ignoring the rate). A rate given on the command line is kept, and validation refuses it.
+    Returns True when it changed the config (logged)."""
+    from seqjax.train import extensions
+
+    m = config.get("model")
+    if m is None or not m.get("attention_dropout_rate"):
+        return False
+    if any(a.startswith("--config.model.attention_dropout_rate") for a in argv):
+        return False
+    kernelized = [n for n in extensions.mechanism_names(config) if n in KERNELIZED]
+    if not kernelized:
+        return False
+    logging.info(
+        "model.attention_dropout_rate %s -> 0: model.attention %r has no attention matrix",
+        m.attention_dropout_rate,
+        kernelized[0],
+    )
+    m.attention_dropout_rate = 0.0
+    return True
+
+
 def train(config, workdir: str) -> dict:
     """Validates, checks the workdir, locks it, checks a resume, then trains."""
     from seqjax.train import config_validation, extensions, loop, resume_check
@@ -96,6 +127,7 @@ def main(argv):
         config = _CONFIG.value
         extensions.add_imports(config, _IMPORT.value)
         extensions.apply_option_overrides(config, _OPTION_OVERRIDES)
+        fit_attention_dropout(config, sys.argv)
         sharding.maybe_initialize_distributed()
         result = train(config, workdir)
     except KeyboardInterrupt:  # before the loop could save, or a second Ctrl-C

@@ -363,7 +363,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
         ckpt.close()
         return result
     if t_cfg.final_eval:
-        res = evaluator(state["params"], "test")
+        res = evaluator(state["params"], "test", max_batches=t_cfg.get("test_max_batches", 0))
         writer.write(step, res, prefix="test/")
         result["test"] = res
         with sharding.rules_and_mesh(mesh):
