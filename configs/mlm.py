@@ -109,6 +109,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     t.eval_every = 50 if a["smoke"] else 2000
     t.eval_max_batches = 10 if a["smoke"] else 50
     t.checkpoint_every = 100 if a["smoke"] else 2000
+    t.test_max_batches = 32 if a["smoke"] else 0  # smoke: 512 test reviews, not 25,000
     t.sample_length = 0  # an encoder: no text sample
     return c
 
