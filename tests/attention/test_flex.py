@@ -288,3 +288,20 @@ def test_bigbird_layers_of_a_model_draw_their_own_blocks():
     assert layers.with_layer_index("dense", (), 3) == ("dense", ())
     with pytest.raises(ValueError, match="layer must be an integer >= 0"):
         attention.spec("flex").validate(dict(pattern="bigbird", layer=-1), 64)
+
+
+def test_bigbird_per_head_on_the_pallas_kernels_and_with_alibi():
+    """The per-head calls run the Pallas kernels (interpret mode here) and equal the masked
+    ground truth in values and gradients; a per-head ALiBi bias (each call its head's slope)
+    equals it too (``pallas`` then runs ``blocksparse``: the sliced bias has no kernel form)."""
+    from seqjax.attention import score_mod
+
+    q, k, v, ct = _inputs(1, 64, 4, 16, seed=5)
+    opts = dict(pattern="bigbird", window=1, num_global=1, num_random=2, block_size=16, layer=3)
+
+    def run(impl, **kw):
+        return _vg(lambda q, k, v: FLEX(q, k, v, implementation=impl, **opts, **kw), q, k, v, ct)
+
+    _close(run("pallas"), run("masked"))
+    alibi = score_mod.alibi(4, causal=False, q_offset=0)
+    _close(run("pallas", score_mod=alibi), run("masked", score_mod=alibi))
