@@ -80,7 +80,7 @@ def _on_sigterm(signum, frame):
 def _phase(frame) -> str:
     """What SIGTERM stopped: start-up, or the end of a run (its final evaluation, sample)."""
     while frame is not None:
-        if frame.f_code.co_name == "train_and_evaluate" and "flag" in frame.f_locals:
+        if frame.f_code.co_name == "_finish" and "job" in frame.f_locals:  # loop's last stage
             return "after the training steps (final evaluation or sample)"
         frame = frame.f_back
     return "during start-up (data, model or compilation), before the first training step"
@@ -110,6 +110,37 @@ def terminated_message(phase: str, workdir: str | None) -> str:
         f"stopped by SIGTERM {phase}: nothing was saved by this run ({kept} in {workdir}); "
         "rerun the same command to start again"
     )
+
+
+# Kernelized attention: no attention matrix, hence no attention dropout (config validation).
+KERNELIZED = ("performer", "linear")
+
+
+def fit_attention_dropout(config, argv) -> bool:
+    """Gives kernelized layers the attention dropout they take: when the model uses
+    performer or linear attention (Choromanski et al. 2021; Katharopoulos et al. 2020),
+    whose outputs have no attention matrix to drop, and ``--config.model.
+    attention_dropout_rate`` is not on the command line, a config's default rate becomes 0
+    (LRA's own code runs these mechanisms with the dense configs, its fast attention
+    ignoring the rate). A rate given on the command line is kept, and validation refuses it.
+    Returns True when it changed the config (logged)."""
+    from seqjax.train import extensions
+
+    m = config.get("model")
+    if m is None or not m.get("attention_dropout_rate"):
+        return False
+    if any(a.startswith("--config.model.attention_dropout_rate") for a in argv):
+        return False
+    kernelized = [n for n in extensions.mechanism_names(config) if n in KERNELIZED]
+    if not kernelized:
+        return False
+    logging.info(
+        "model.attention_dropout_rate %s -> 0: model.attention %r has no attention matrix",
+        m.attention_dropout_rate,
+        kernelized[0],
+    )
+    m.attention_dropout_rate = 0.0
+    return True
 
 
 def train(config, workdir: str, *, log_file: bool = False) -> dict:
@@ -149,6 +180,7 @@ def main(argv):
         config = _CONFIG.value
         extensions.add_imports(config, _IMPORT.value)
         extensions.apply_option_overrides(config, _OPTION_OVERRIDES)
+        fit_attention_dropout(config, sys.argv)
         sharding.maybe_initialize_distributed()
         _own_sigterm()
         result = train(config, workdir, log_file=True)

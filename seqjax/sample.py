@@ -54,19 +54,47 @@ def _main(argv):
             f"--workdir={f.workdir} trained a {task.name} model, which does not generate; "
             f"sampling needs a task that does: {able}"
         )
-    prompt = inputs.usable_prompt(f.prompt, run.info.encode, run.info.decode) or "\n"
     length = f.length
     if task.sample_to_file:  # image models: --out is the grid's PNG; --length images (16)
-        prompt = f.out or prompt
+        prompt = image_target(f.out)
         length = f.length if f["length"].present else 16
+    else:
+        prompt = inputs.usable_prompt(f.prompt, run.info.encode, run.info.decode) or "\n"
     task.check_sample_inputs(run, prompt, length)
     print(f"decoding: {_mode_line(run, f.decoding)}", file=sys.stderr)
     with sampling.forced_decoding(f.decoding):
         text = _sample(task, run, state, prompt, length, f)
-    print(prompt + text)
-    if f.out and not task.sample_to_file:
-        with open(f.out, "w", encoding="utf-8") as out:
-            out.write(prompt + text)
+    show(task, prompt, text, None if task.sample_to_file else f.out)
+
+
+def show(task, prompt: str, text: str, out: str | None = None) -> str:
+    """Prints (and writes to ``out``) the sample as the task describes it: an LM's prompt
+    continued, a translation's source then ``=> translation`` on its own line, an image
+    model's line naming its grid file. Returns the text."""
+    shown = task.describe_sample(prompt, text)
+    print(shown)
+    if out:
+        with open(out, "w", encoding="utf-8") as fh:
+            fh.write(shown)
+    return shown
+
+
+def image_target(out: str | None) -> str:
+    """The PNG an image model's grid is written to: ``--out`` (None: ``samples.png``).
+
+    Raises:
+      cli_inputs.InputError: naming ``--out`` when it does not end in ``.png``.
+    """
+    from seqjax.train import cli_inputs
+
+    if not out:
+        return "samples.png"
+    if not out.strip().endswith(".png"):
+        raise cli_inputs.InputError(
+            f"--out={out!r}: an image model writes its sample grid as a PNG file; give a "
+            "name ending in .png (e.g. --out grid.png)"
+        )
+    return out.strip()
 
 
 def check_out(out: str | None) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import math
 from pathlib import Path
 
@@ -68,12 +67,7 @@ def _check_decodable(cfg, key, meta: dict) -> None:
                 "so config.data.vocab='chars' would turn such bytes into U+FFFD characters; set "
                 "config.data.vocab=bytes (one token per byte), or convert the file to UTF-8."
             ) from None
-    if not paths and 0xFFFD in meta.get("char_vocab", ()):
-        logging.warning(
-            "%s has invalid UTF-8 (decoded as U+FFFD) with config.data.vocab='chars'; "
-            "config.data.vocab=bytes keeps every byte",
-            cfg.name,
-        )
+    # Corpora with invalid UTF-8 are named once, when prepared (corpora._warn_invalid_utf8).
 
 
 def corpus_info(cfg) -> dict:

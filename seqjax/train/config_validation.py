@@ -248,6 +248,9 @@ def _train_stage(ctx, bad, errors) -> None:
                   "sample_length"):  # fmt: skip
         if not isinstance(t[field], int) or t[field] < 0:
             bad(f"train.{field}", t[field], "an integer >= 0 (0 = off)")
+    n_test = t.get("test_max_batches", 0)
+    if isinstance(n_test, bool) or not isinstance(n_test, int) or n_test < 0:
+        bad("train.test_max_batches", n_test, "an integer >= 0 (0 = the whole test split)")
     if not isinstance(t.log_every, int) or t.log_every < 1:
         bad("train.log_every", t.log_every, "a positive integer")
     if not isinstance(t.max_to_keep, int) or t.max_to_keep < 1:

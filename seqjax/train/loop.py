@@ -402,7 +402,7 @@ def _finish(job: _Job, stopped: str) -> dict:
         return result
     params = job.state["params"]
     if t_cfg.final_eval:
-        res = job.evaluator(params, "test")
+        res = job.evaluator(params, "test", max_batches=t_cfg.get("test_max_batches", 0))
         writer.write(step, res, prefix="test/")
         result["test"] = res
         with sharding.rules_and_mesh(run.mesh):

@@ -94,6 +94,7 @@ def build(config, *, validate: bool = True) -> Run:
     mesh = sharding.make_mesh(config.mesh)
     with console.library_prints_to_log():  # TFDS banners: stdout is for results
         info = data_lib.info(config.data)
+    check_vocabulary_bounds(config, info.vocab_size)
     task = tasks.for_run(config, info)
     model_cfg = task.model_config(config, info)
     rec = memory.recurrence(config)
@@ -109,6 +110,27 @@ def build(config, *, validate: bool = True) -> Run:
     if validate and (problem := field_checks.sample_prompt_problem(run)):  # before step 0
         raise config_validation.ConfigError(problem)
     return run
+
+
+def check_vocabulary_bounds(config, vocab_size: int) -> None:
+    """``model.adaptive.cutoffs`` against the data's vocabulary, once it is known (Grave et
+    al. 2017, §3: clusters ``[0, c_1), ..., [c_k, V)``, each non-empty).
+
+    Raises:
+      config_validation.ConfigError: one sentence naming the field, the vocabulary and
+        the valid range (exit 2), before any model is built.
+    """
+    a = config.model.get("adaptive")
+    if a is None or not a.get("enabled", False) or not a.get("cutoffs"):
+        return
+    cutoffs = [int(c) for c in a.cutoffs]
+    if cutoffs[-1] >= vocab_size:
+        raise config_validation.ConfigError(
+            f"config.model.adaptive.cutoffs={cutoffs} must lie in 1..{vocab_size - 1}: the "
+            f"vocabulary of data {config.data.name!r} has {vocab_size} ids; give increasing "
+            f"cutoffs below {vocab_size} (e.g. --config.model.adaptive.cutoffs="
+            f"'({vocab_size // 10}, {vocab_size // 2})')"
+        )
 
 
 def _stream_epoch_steps(config, info) -> int:
