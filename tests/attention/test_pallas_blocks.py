@@ -14,6 +14,7 @@ import pytest
 
 from seqjax import attention
 from seqjax.attention import blockwise, dense, pallas_blocks
+from tests.conftest import require_devices
 
 ON_GPU = jax.default_backend() == "gpu"
 # Tolerances: interpret mode is exact float32 arithmetic; bf16 inputs round the products.
@@ -133,12 +134,35 @@ def test_sparse_pallas_equals_masked(kind, options, causal):
         _close(a, r, TOL[jnp.float32])
 
 
+@pytest.mark.parametrize("d", [8, 12, 80])
+def test_head_dims_that_are_not_powers_of_two_are_padded_inside(d):
+    """Head dims 8, 12, 80 (zero-padded to 16, 16, 128 inside the kernel path, as
+    FlashAttention does) equal the reference in values and gradients; the scale stays
+    1 / sqrt(D) of the true D."""
+    q, k, v, ct = _inputs(1, 40, 40, 2, d, jnp.float32, seed=d)
+    ref = _value_and_grads(
+        lambda q, k, v: dense.reference_attention(q, k, v, causal=True), q, k, v, ct
+    )
+    got = _value_and_grads(
+        lambda q, k, v: dense.dense_attention(q, k, v, causal=True, implementation="pallas"),
+        q, k, v, ct,
+    )  # fmt: skip
+    for a, r in zip(jax.tree.leaves(got), jax.tree.leaves(ref)):
+        assert a.shape == r.shape
+        _close(a, r, TOL[jnp.float32])
+
+
 def test_unsupported_inputs_name_the_reason():
-    q, k, v, _ = _inputs(1, 32, 32, 1, 12, jnp.float32)
+    q, k, v, _ = _inputs(1, 32, 32, 1, 272, jnp.float32)
     table, count = blockwise.dense_table(2, 2, 16, 16, causal=False, offset=0)
-    with pytest.raises(ValueError, match="head dim 12 is not a power of two"):
+    with pytest.raises(ValueError, match=r"head dim 272 is above the kernels' limit"):
         pallas_blocks.block_sparse_attention(
             q, k, v, table=table, count=count, block_q=16, block_k=16
+        )
+    q, k, v, _ = _inputs(1, 32, 32, 1, 16, jnp.float32)
+    with pytest.raises(ValueError, match="block_q 24 is not a power of two"):
+        pallas_blocks.block_sparse_attention(
+            q, k, v, table=table, count=count, block_q=24, block_k=16
         )
     q, k, v, _ = _inputs(1, 32, 32, 1, 16, jnp.float32)
     with pytest.raises(ValueError, match="dropout"):
@@ -194,6 +218,7 @@ def test_sharded_equals_unsharded_on_eight_devices():
         return _value_and_grads(fn, q, k, v, ct)
 
     want = jax.jit(run)(q, k, v)
+    require_devices(8)
     mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
     with sharding.rules_and_mesh(mesh):
         assert "sdy.manual_computation" in jax.jit(run).lower(q, k, v).as_text()
