@@ -18,6 +18,7 @@ import pytest
 
 from seqjax.attention import dense, flex, pallas_blocks, score_mod
 from tests.attention.test_score_mod import _t5_bucket_direct
+from tests.conftest import require_devices
 
 B, H, D, BS = 2, 2, 16, 16
 NB, MAXD = 16, 32  # T5 buckets (fewer than the default 32: fewer selects to interpret)
@@ -198,6 +199,7 @@ def test_kernel_table_gradient_sharded_equals_unsharded():
         )  # fmt: skip
 
     want = _grads(fn, q, k, v, table_NH, w)
+    require_devices(8)
     mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
     with sharding.rules_and_mesh(mesh):
         got = _grads(fn, q, k, v, table_NH, w)
