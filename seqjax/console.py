@@ -112,6 +112,7 @@ def _per_layer(spec: str, num_layers: int, options: dict) -> str:
 def run_header(config, run, workdir, *, start_step: int, num_params: int, argv=None) -> str:
     """The lines printed once when a run starts (stderr): config and variant, overrides,
     task, mechanism per layer, parameters, data and split sizes, steps, mesh, workdir."""
+    from seqjax.models import dtype as model_dtype
     from seqjax.models import from_config
     from seqjax.train import errors, extensions
 
@@ -143,7 +144,8 @@ def run_header(config, run, workdir, *, start_step: int, num_params: int, argv=N
         (
             "model",
             f"{m.get('kind', 'transformer')}, d_model {m.d_model}, {m.num_heads} heads, "
-            f"max_len {m.max_len}, {num_params:,} parameters",
+            f"max_len {m.max_len}, {num_params:,} parameters, compute "
+            f"{model_dtype.describe(m.dtype)}",
         ),
         (
             "data",
