@@ -69,12 +69,14 @@ class _Interrupt:
 
 def train(config, workdir: str) -> dict:
     """Validates, checks the workdir, locks it, checks a resume, then trains."""
+    from seqjax import compile_cache
     from seqjax.train import config_validation, extensions, loop, resume_check
     from seqjax.train import workdir as workdir_lib
 
     workdir = str(paths.workdir_path(workdir))  # relative, ~, symlinks: as the loop sees it
     extensions.prepare_training(config, workdir)  # config.imports (and a resumed run's)
     config_validation.validate(config)  # exit 2 before anything is created or compiled
+    compile_cache.enable_for(config)  # reuse compiled steps across runs (off: "off")
     workdir_lib.check_usable(workdir)
     lock = workdir_lib.acquire_for_job(workdir)
     try:
