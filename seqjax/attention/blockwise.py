@@ -251,7 +251,10 @@ def blockwise_attention(
             valid = valid & (sq[:, :, None] == sk[:, None, :])[:, None]
         keep = None
         if use_dropout:  # the hash of (seed, b, h, q, k): the reference's mask
-            row = jnp.arange(b, dtype=jnp.int32)[:, None] * h + jnp.arange(h, dtype=jnp.int32)
+            row = (
+                jnp.arange(b, dtype=jnp.int32)[:, None] * h
+                + jnp.arange(h, dtype=jnp.int32)[None, :]
+            )
             keep = numerics.dropout_keep(
                 seeds[0], seeds[1], row[:, :, None, None], q_pos[:, None], k_pos[None, :],
                 dropout_rate,

@@ -14,8 +14,9 @@ seqjax derives the key-block table (``table int32 [nq, W]``, ``count int32 [nq]`
 the plain-JAX ``blockwise`` engine or the Pallas kernels of ``pallas_blocks``; only the
 listed block pairs are computed, forward and backward. On TPUs the pattern goes to splash
 attention instead (``seqjax.attention.splash``). ``implementation`` = ``auto`` (splash on
-TPU, Pallas on GPU, plain JAX elsewhere or with dropout), ``blocksparse``, ``pallas``,
-``splash`` or ``masked`` (the dense ground truth with the pattern as a ``[T, S]`` mask).
+TPU without dropout, Pallas on GPU with the planner's tiles, plain JAX elsewhere),
+``blocksparse``, ``pallas``, ``splash`` or ``masked`` (the dense ground truth with the
+pattern as a ``[T, S]`` mask).
 
 Named patterns (``pattern=...`` in a model config): ``sliding_window`` (``window``),
 ``dilated`` (``window``, ``dilation``), ``global_tokens`` (``num_global`` plus a sliding

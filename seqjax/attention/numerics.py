@@ -124,6 +124,9 @@ def dropout_keep(seed0, seed1, row, q_pos, k_pos, rate: float):
     FlashAttention does with Philox; Dao et al. 2022, §3.1, "Dropout"). A key is kept
     with probability ``1 - rate`` (to 2^-24).
     """
+    rank = max(jnp.ndim(row), jnp.ndim(q_pos), jnp.ndim(k_pos))
+    row, q_pos, k_pos = (jnp.reshape(x, (1,) * (rank - jnp.ndim(x)) + jnp.shape(x))
+                         for x in (row, q_pos, k_pos))  # fmt: skip
     row_hash = _fmix32(seed0 ^ _fmix32(row.astype(jnp.int32) + seed1))
     q_hash = _fmix32(row_hash ^ (q_pos.astype(jnp.int32) * jnp.int32(_GOLDEN)))
     x = _fmix32(q_hash + k_pos.astype(jnp.int32) * jnp.int32(_FMIX_1))

@@ -181,6 +181,11 @@ def _second_half(q, k, v, ctx, *, kind, opts, causal, heads, exclude):
         sub = int(hd) % (l // opts["c"]) if opts["distinct_summaries"] else 0
         groups.setdefault(sub, []).append(local)
     outs, lses, order = [], [], []
+    # The kernels take the planner's tile (opts["block_size"] is it); the plain-JAX engine a
+    # larger block to amortise its loop.
+    summary_block = opts["block_size"]
+    if ctx.engine != "pallas":
+        summary_block = max(summary_block, min(l, SUMMARY_BLOCK))
     for g, (sub, local) in enumerate(sorted(groups.items())):
         sel = None if len(groups) == 1 else local
         out, lse = blocks.summaries(
@@ -193,7 +198,7 @@ def _second_half(q, k, v, ctx, *, kind, opts, causal, heads, exclude):
             sub_block=sub,
             causal=causal,
             exclude_own_block=exclude,
-            block=max(opts["block_size"], min(l, SUMMARY_BLOCK)),
+            block=summary_block,
             part=2 + g,
         )
         outs.append(out)
@@ -225,6 +230,7 @@ def blocksparse_attention(
     engine = "pallas" if opts["implementation"] == "pallas" else "jax"
     if engine == "pallas":  # the planner's tile, a power of two dividing the stride
         bs = kernel_block(l, t, q.shape[-1], v.shape[-1], q.dtype, bs)
+        opts = dict(opts, block_size=bs)
     ctx = blocks.Context(
         key_mask, q_seg, kv_seg, scale, drop, drop_rng, engine=engine, score_mod=score_mod
     )

@@ -122,3 +122,30 @@ def test_auto_above_every_kernels_head_dim_falls_back_and_runs():
 
     x = jax.ShapeDtypeStruct((1, 64, 1, 320), jnp.float32)
     assert not lib.targets(lib.export(fn, "cuda", x, x, x))
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32], ids=["bf16", "f32"])
+@pytest.mark.parametrize("name", MECHANISMS)
+def test_auto_with_attention_dropout_lowers_to_the_kernels(name, dtype, no_plain_jax):
+    """Attention dropout on a GPU: the Pallas kernels draw the counter-based keep mask
+    in-kernel (its integer hash lowers through Triton); before, dropout sent every mechanism
+    to the plain-JAX engines."""
+
+    def fn(q, k, v):
+        return attention.get(name)(
+            q, k, v, causal=True, dropout_rate=0.1, dropout_rng=jax.random.PRNGKey(0),
+            **MECHANISMS[name],
+        )  # fmt: skip
+
+    assert _lower(fn, 64, dtype) == {lib.TRITON}
+
+
+@pytest.mark.parametrize("name", MECHANISMS)
+def test_head_dim_256_in_float32_lowers_with_tiles_within_the_budget(name, no_plain_jax):
+    """The heaviest tiles (D 256, float32): every part of every mechanism takes the
+    planner's tiles (the budget check in ``pallas_blocks`` raises otherwise)."""
+
+    def fn(q, k, v):
+        return attention.get(name)(q, k, v, causal=True, **MECHANISMS[name])
+
+    assert _lower(fn, 256, jnp.float32) == {lib.TRITON}

@@ -43,7 +43,7 @@ def test_every_engine_drops_the_same_entries():
         out_BTHS = _run(impl, q, q, v, causal=True)
         masks[impl] = np.asarray(out_BTHS != 0).transpose(0, 2, 1, 3)  # [B, H, T, S]
     seeds = numerics.dropout_seeds(RNG)
-    row = (jnp.arange(b)[:, None] * h + jnp.arange(h))[:, :, None, None]
+    row = (jnp.arange(b)[:, None] * h + jnp.arange(h)[None, :])[:, :, None, None]
     pos = jnp.arange(t)
     keep = numerics.dropout_keep(seeds[0], seeds[1], row, pos[:, None], pos[None, :], RATE)
     want = np.asarray(keep) & np.tril(np.ones((t, t), bool))
@@ -105,7 +105,7 @@ def test_sparse_kernels_with_dropout_equal_the_plain_jax_engine(kind):
         def loss(q, k, v):
             out = fn(q, k, v, causal=True, implementation=impl, dropout_rate=RATE,
                      dropout_rng=RNG, block_size=16, **opts)  # fmt: skip
-            return (out * jnp.cos(jnp.arange(d))).sum(), out
+            return (out * jnp.cos(jnp.arange(d))[None, None, None, :]).sum(), out
 
         (_, out), grads = jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True)(q, k, v)
         return out, grads
