@@ -122,7 +122,7 @@ def _launch_settings(dtype, d, dv, bq, bk, num_warps, num_stages, *, check: bool
             f"{np.dtype(dtype).name} need about {need} bytes of shared memory, above this "
             f"device's {budget}; use tiles <= {best} (seqjax.attention.pallas_blocks.plan)"
         )
-    warps = num_warps or (8 if max(bq, bk) >= 128 or max(dp, dvp) >= 128 else 4)
+    warps = num_warps or pallas_plan.num_warps(bq, bk, dp, dvp)
     return warps, (fitting or stages)[0]
 
 

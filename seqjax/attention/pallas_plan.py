@@ -152,6 +152,13 @@ class Plan:
         return max(self.smem.values()) <= self.budget
 
 
+def num_warps(bq: int, bk: int, d: int, dv: int) -> int:
+    """Triton warps for the tiles: 8 for 128-row tiles or 64-row tiles of wide heads
+    (FlashAttention-2's Triton settings), else 4 (small tiles cannot feed 8 warps)."""
+    wide = max(d, dv) >= 128
+    return 8 if max(bq, bk) >= 128 or (min(bq, bk) >= 64 and wide) else 4
+
+
 def smem_estimate(bq: int, bk: int, d: int, dv: int, itemsize: int, stages: int) -> dict:
     """Estimated shared-memory bytes of each kernel (module docstring)."""
     e, st, dd = itemsize, stages, d + dv
@@ -210,7 +217,7 @@ def plan(
         for stages in STAGES:
             smem = smem_estimate(tile, tile, dp, dvp, itemsize, stages)
             if max(smem.values()) <= budget:
-                warps = 8 if tile >= 128 or max(dp, dvp) >= 128 else 4
+                warps = num_warps(tile, tile, dp, dvp)
                 return Plan(tile, tile, warps, stages, dp, dvp, smem, budget)
     raise ValueError(
         f"Pallas attention kernels: no tile fits the shared-memory budget of {budget} bytes "

@@ -164,8 +164,7 @@ def test_unsupported_inputs_name_the_reason():
         pallas_blocks.block_sparse_attention(
             q, k, v, table=table, count=count, block_q=24, block_k=16
         )
-    q, k, v, _ = _inputs(1, 32, 32, 1, 16, jnp.float32)
-    with pytest.raises(ValueError, match="dropout"):
+    with pytest.raises(ValueError, match="dropout_rate > 0 needs a dropout_rng"):
         pallas_blocks.block_sparse_attention(
             q, k, v, table=table, count=count, block_q=16, block_k=16, dropout_rate=0.1
         )
@@ -196,10 +195,12 @@ def test_higher_order_derivatives_name_the_way_out():
         jax.grad(lambda q: jax.grad(f)(q).sum())(q)
 
 
-def test_sharded_equals_unsharded_on_eight_devices():
+@pytest.mark.parametrize("rate", [0.0, 0.3], ids=["no_dropout", "dropout"])
+def test_sharded_equals_unsharded_on_eight_devices(rate):
     """On a (data 2, fsdp 2, tensor 2) mesh under seqjax's logical-axis rules the kernels run
     under shard_map over the batch (XLA cannot partition an opaque kernel: it would run the
-    whole batch on every device). Values and gradients equal the one-device call."""
+    whole batch on every device). Values and gradients equal the one-device call; with
+    dropout too (each shard hashes its global batch rows, so the mask is the same)."""
     from seqjax.train import sharding
 
     b, t, h, d, bs = 4, 64, 2, 16, 16
@@ -213,12 +214,13 @@ def test_sharded_equals_unsharded_on_eight_devices():
 
     def run(q, k, v):
         fn = lambda q, k, v: pallas_blocks.block_sparse_attention(  # noqa: E731
-            q, k, v, table=table, count=count, block_q=bs, block_k=bs, causal=True, mask=mask
-        )
+            q, k, v, table=table, count=count, block_q=bs, block_k=bs, causal=True, mask=mask,
+            dropout_rate=rate, dropout_rng=jax.random.PRNGKey(2) if rate else None,
+        )  # fmt: skip
         return _value_and_grads(fn, q, k, v, ct)
 
-    want = jax.jit(run)(q, k, v)
     require_devices(8)
+    want = jax.jit(run)(q, k, v)
     mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
     with sharding.rules_and_mesh(mesh):
         assert "sdy.manual_computation" in jax.jit(run).lower(q, k, v).as_text()
