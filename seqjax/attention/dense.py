@@ -198,11 +198,17 @@ def cudnn_attention(
     bottom-right causal alignment and packed segments match the other implementations.
 
     Raises:
-      ValueError: for a dtype other than bfloat16/float16 or head dims cuDNN rejects (one
-        sentence naming the implementations that take them), off GPU, or when attention
+      ValueError: off GPU; for a dtype other than bfloat16/float16 or head dims cuDNN
+        rejects (one sentence naming the implementations that take them); or when attention
         dropout is asked for (cuDNN through
         ``jax.nn.dot_product_attention`` cannot apply it; use ``chunked`` or ``reference``).
     """
+    if not _on_gpu():
+        raise ValueError(
+            "dense implementation 'cudnn' needs an NVIDIA GPU backend; "
+            f"this process runs on {jax.default_backend()!r}. Use 'auto', 'chunked' or "
+            "'reference'."
+        )
     if q.dtype not in CUDNN_DTYPES or not q.dtype == k.dtype == v.dtype:
         raise ValueError(
             f"dense implementation 'cudnn' takes bfloat16 or float16 inputs, not "
@@ -214,12 +220,6 @@ def cudnn_attention(
         raise ValueError(
             f"dense implementation 'cudnn' takes equal head dims <= 128 that are multiples "
             f"of 8, not {d}/{dv}; use implementation 'auto' or 'pallas'"
-        )
-    if not _on_gpu():
-        raise ValueError(
-            "dense implementation 'cudnn' needs an NVIDIA GPU backend; "
-            f"this process runs on {jax.default_backend()!r}. Use 'auto', 'chunked' or "
-            "'reference'."
         )
     if dropout_rate > 0.0:
         raise ValueError(

@@ -24,6 +24,7 @@ import pytest
 from seqjax import attention
 from seqjax.attention import blockwise, flex, pallas_blocks, pallas_plan, score_mod, splash
 from tests.accelerator import lowering_lib as lib
+from tests.conftest import require_devices
 
 B, T, H, D = 2, 256, 2, 64
 
@@ -348,6 +349,7 @@ def test_sharded_train_step_lowers(family, platform):
     shard_map, because XLA cannot partition a Mosaic kernel (before, this lowering failed
     with "Mosaic kernels cannot be automatically partitioned", i.e. every multi-device TPU
     run with the default ``auto``)."""
+    require_devices(8)
     config = lib.family_config(family)
     config.mesh.update(data=2, fsdp=2, tensor=2)
     config.data.batch_size = 4

@@ -136,3 +136,10 @@ def test_refine_layout_keeps_the_elements():
     coarse_el = layout[pos[:, None] // 48, pos[None, :] // 48]
     fine_el = fine[pos[:, None] // 16, pos[None, :] // 16]
     np.testing.assert_array_equal(coarse_el, fine_el)
+
+
+def test_warps_follow_the_tiles():
+    assert pallas_plan.num_warps(128, 128, 64, 64) == 8
+    assert pallas_plan.num_warps(64, 64, 128, 128) == 8
+    assert pallas_plan.num_warps(64, 64, 64, 64) == 4
+    assert pallas_plan.num_warps(16, 16, 256, 256) == 4  # a 16-row tile cannot feed 8 warps
