@@ -363,3 +363,12 @@ def test_sharded_train_step_lowers(family, platform):
         assert "CustomSPMDPartitioning" in text  # cuDNN through its custom_partitioning rule
     else:  # the Triton kernels under shard_map over the batch
         assert lib.TRITON in text and "sdy.manual_computation" in text
+
+
+def test_auto_dtype_train_step_is_bf16_cudnn_on_cuda():
+    """``model.dtype="auto"`` (the default) resolves to bfloat16 while tracing for a GPU, so
+    the LM's dense attention is cuDNN (it takes 16-bit inputs) with no override."""
+    config = lib.family_config("lm_dense")
+    config.model.dtype = "auto"
+    exported = lib.export_train_step(config, "cuda")
+    assert set(lib.targets(exported)) == EXPECTED["lm_dense", "cuda"]
