@@ -287,8 +287,9 @@ def sparse_attention(
       scale: logit scale, default ``1/sqrt(D)``.
       score_mod: optional positional bias (``seqjax.attention.score_mod``); honoured by
         ``masked``, ``blocksparse`` and ``pallas`` (the parts whose bias keeps its kernel
-        form run in the kernels, the remapped ones on the plain-JAX engine, logged);
-        ``splash`` raises.
+        form run in the kernels: strided's band and columns, fixed's blocks; fixed's
+        gathered summaries and split heads on the plain-JAX engine, logged); ``splash``
+        raises.
       **options: ``stride``, ``c``, ``block_size``, ``head_mode``, ``distinct_summaries``,
         ``implementation`` (module docstring).
 

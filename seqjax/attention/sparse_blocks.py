@@ -208,7 +208,7 @@ def columns(q, k, v, ctx: Context, *, stride: int, causal: bool, exclude_band: b
     table, count = np.zeros((1, 1), np.int32), np.ones((1,), np.int32)
     mod = None
     if ctx.score_mod is not None:  # q - k = (r_q - r_k) l in the column layout
-        mod = ctx.score_mod.remap(q_map=lambda r: r * l, k_map=lambda r: r * l)
+        mod = ctx.score_mod.remap(scale=l)  # keeps ALiBi's / T5's kernel form
     out, lse = _attend(
         _to_columns(q, l),
         _to_columns(k, l),

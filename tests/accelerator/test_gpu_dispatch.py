@@ -86,13 +86,26 @@ def test_auto_with_a_positional_bias_lowers_to_the_kernels(name, scheme, no_plai
     assert _lower(fn, 64, jnp.bfloat16, tab) == {lib.TRITON}
 
 
-def test_sparse_with_alibi_runs_its_band_in_the_kernels():
-    """sparse_strided with ALiBi: the band part keeps the bias's kernel form (Triton); the
-    column part's bias is remapped (no kernel form) and runs on the plain-JAX engine."""
+@pytest.mark.parametrize("scheme", ["alibi", "t5_bias"])
+def test_sparse_strided_with_a_bias_runs_wholly_in_the_kernels(scheme, no_plain_jax):
+    """sparse_strided with ALiBi / T5: the band part keeps the bias's kernel form, and the
+    column part's remap (positions times l, ``ScoreMod.remap(scale=l)``) keeps it too."""
+
+    def fn(q, k, v, tab):
+        mod = score_mod.alibi(H) if scheme == "alibi" else score_mod.t5_bias(tab, causal=True)
+        return attention.get("sparse_strided")(q, k, v, causal=True, stride=16, score_mod=mod)
+
+    tab = jax.ShapeDtypeStruct((32, H), jnp.float32)
+    assert _lower(fn, 64, jnp.bfloat16, tab) == {lib.TRITON}
+
+
+def test_sparse_fixed_with_alibi_runs_its_block_part_in_the_kernels():
+    """sparse_fixed with ALiBi: the block-diagonal part in the kernels; the gathered summary
+    keys' bias (positions through a gather) has no kernel form and runs on plain JAX."""
 
     def fn(q, k, v):
-        return attention.get("sparse_strided")(
-            q, k, v, causal=True, stride=16, score_mod=score_mod.alibi(H)
+        return attention.get("sparse_fixed")(
+            q, k, v, causal=True, stride=16, c=4, score_mod=score_mod.alibi(H)
         )
 
     assert lib.TRITON in _lower(fn, 64, jnp.bfloat16)
