@@ -127,6 +127,7 @@ def run_header(config, run, workdir, *, start_step: int, num_params: int, argv=N
     and ``provenance`` (the module that registered each mechanism and the task, and the
     run's ``config.imports``), all computed by the trainer and only printed here.
     """
+    from seqjax.models import dtype as model_dtype
     from seqjax.models import from_config
 
     argv = sys.argv if argv is None else argv
@@ -157,7 +158,8 @@ def run_header(config, run, workdir, *, start_step: int, num_params: int, argv=N
         (
             "model",
             f"{m.get('kind', 'transformer')}, d_model {m.d_model}, {m.num_heads} heads, "
-            f"max_len {m.max_len}, {num_params:,} parameters",
+            f"max_len {m.max_len}, {num_params:,} parameters, compute "
+            f"{model_dtype.describe(m.dtype)}",
         ),
         (
             "data",

@@ -27,9 +27,11 @@ Implementations (option ``implementation``), all exact and mask-identical:
   * ``"auto"`` (default): under an ambient mesh whose ``sequence`` axis has n > 1 devices
     and self-attention whose length the axis divides, ``ulysses`` when the heads divide n,
     else ``ring`` (``ring.choose``; the choice and its reason are logged once); otherwise
-    splash on a TPU (``chunked`` with dropout); cuDNN on a GPU when
-    the shapes, dtype and options allow it (the reason is logged once when they do not),
-    otherwise ``reference`` for short sequences and ``chunked`` for long ones.
+    splash on a TPU (``chunked`` with dropout); on a GPU cuDNN when the shapes, dtype and
+    options allow it, else the Pallas kernels (float32, odd head dims, ALiBi/T5 biases,
+    dropout), the plain-JAX engines only for inputs no kernel takes (logged once;
+    ``auto_implementation``); on CPU ``reference`` for short sequences and ``chunked``
+    for long ones.
 
 Derivatives: ``reference`` supports every JAX transformation; ``chunked``, ``pallas`` (and
 so ``auto`` above ``AUTO_CHUNK_THRESHOLD`` logits on CPU) are first-order reverse mode only
@@ -52,6 +54,7 @@ from seqjax.attention import (
     blockwise,
     numerics,
     pallas_blocks,
+    pallas_plan,
     registry,
     ring,
     splash,
@@ -135,14 +138,20 @@ def masked_attention(q, k, v, valid, *, scale=None, dropout_rate=0.0, dropout_rn
 chunked_attention = blockwise.chunked_attention
 
 
-def pallas_attention(q, k, v, *, causal=False, block_q=128, block_k=128, **kwargs):
+def pallas_attention(q, k, v, *, causal=False, block_q=None, block_k=None, **kwargs):
     """Dense attention through the Pallas block-table kernels (``pallas_blocks``).
 
-    Tiles are clipped to the next power of two of the sequence lengths (Triton tiles).
+    Tiles come from the planner (``pallas_blocks.plan``: the largest that fit the device's
+    shared memory); ``block_q`` / ``block_k``, when given, bound them (rounded down to
+    powers of two >= 16).
     """
     t, s = q.shape[1], k.shape[1]
-    bq = min(block_q, max(16, 1 << (t - 1).bit_length()))
-    bk = min(block_k, max(16, 1 << (s - 1).bit_length()))
+    tiles = pallas_blocks.plan(t, s, q.shape[-1], v.shape[-1], dtype=q.dtype)
+    bq, bk = tiles.block_q, tiles.block_k
+    if block_q is not None:
+        bq = min(bq, max(16, pallas_plan.pow2_at_most(block_q)))
+    if block_k is not None:
+        bk = min(bk, max(16, pallas_plan.pow2_at_most(block_k)))
     nq, nk = -(-t // bq), -(-s // bk)
     table, count = blockwise.dense_table(
         nq, nk, bq, bk, causal=causal, offset=masks_lib.causal_offset(t, s)
@@ -150,6 +159,9 @@ def pallas_attention(q, k, v, *, causal=False, block_q=128, block_k=128, **kwarg
     return pallas_blocks.block_sparse_attention(
         q, k, v, table=table, count=count, block_q=bq, block_k=bk, causal=causal, **kwargs
     )
+
+
+CUDNN_DTYPES = (jnp.bfloat16, jnp.float16)
 
 
 def _on_gpu() -> bool:
@@ -160,7 +172,7 @@ def cudnn_unsupported(q, k, v, dropout_rate=0.0) -> str | None:
     """Why cuDNN cannot run these inputs (None when it can)."""
     if dropout_rate > 0.0:
         return "attention dropout is not available through jax.nn.dot_product_attention"
-    if not (q.dtype in (jnp.bfloat16, jnp.float16) and q.dtype == k.dtype == v.dtype):
+    if not (q.dtype in CUDNN_DTYPES and q.dtype == k.dtype == v.dtype):
         return f"dtype {q.dtype} (cuDNN attention takes bfloat16 or float16)"
     d = q.shape[-1]
     if not (d <= 128 and d % 8 == 0 and d == v.shape[-1]):
@@ -171,6 +183,8 @@ def cudnn_unsupported(q, k, v, dropout_rate=0.0) -> str | None:
 @functools.lru_cache(maxsize=32)
 def _log_auto_choice(choice: str, why: str) -> None:
     log.info("dense attention 'auto' uses %r on GPU: cuDNN does not apply (%s)", choice, why)
+    if choice != "pallas":
+        log.warning("dense attention 'auto' on GPU runs the plain-JAX %r engine (%s)", choice, why)
 
 
 def cudnn_attention(
@@ -184,7 +198,9 @@ def cudnn_attention(
     bottom-right causal alignment and packed segments match the other implementations.
 
     Raises:
-      ValueError: off GPU, or when attention dropout is asked for (cuDNN through
+      ValueError: off GPU; for a dtype other than bfloat16/float16 or head dims cuDNN
+        rejects (one sentence naming the implementations that take them); or when attention
+        dropout is asked for (cuDNN through
         ``jax.nn.dot_product_attention`` cannot apply it; use ``chunked`` or ``reference``).
     """
     if not _on_gpu():
@@ -192,6 +208,18 @@ def cudnn_attention(
             "dense implementation 'cudnn' needs an NVIDIA GPU backend; "
             f"this process runs on {jax.default_backend()!r}. Use 'auto', 'chunked' or "
             "'reference'."
+        )
+    if q.dtype not in CUDNN_DTYPES or not q.dtype == k.dtype == v.dtype:
+        raise ValueError(
+            f"dense implementation 'cudnn' takes bfloat16 or float16 inputs, not "
+            f"{q.dtype}/{k.dtype}/{v.dtype}; for {q.dtype} use implementation 'auto', "
+            "'pallas', 'chunked' or 'reference' (or set model.dtype to bfloat16)"
+        )
+    d, dv = q.shape[-1], v.shape[-1]
+    if not (d <= 128 and d % 8 == 0 and d == dv):
+        raise ValueError(
+            f"dense implementation 'cudnn' takes equal head dims <= 128 that are multiples "
+            f"of 8, not {d}/{dv}; use implementation 'auto' or 'pallas'"
         )
     if dropout_rate > 0.0:
         raise ValueError(
@@ -213,45 +241,37 @@ def cudnn_attention(
     return out
 
 
-def dense_attention(q, k, v, *, implementation="auto", block_q=512, block_k=512, **kwargs):
+def dense_attention(q, k, v, *, implementation="auto", block_q=None, block_k=None, **kwargs):
     """Full attention under the registry name ``"dense"``; see module docstring.
 
     Args:
       q, k, v: ``[B, T, H, D]``, ``[B, S, H, D]``, ``[B, S, H, Dv]``.
       implementation: one of ``IMPLEMENTATIONS``.
-      block_q, block_k: block sizes of ``"chunked"``.
+      block_q, block_k: block sizes of ``"chunked"`` (default 512) and bounds on the
+        planned tiles of ``"pallas"`` (default: the planner's, ``pallas_blocks.plan``).
       **kwargs: ``causal``, ``mask``, ``segment_ids``, ``scale``, ``dropout_rate``,
-        ``dropout_rng``.
+        ``dropout_rng``, ``score_mod``.
     """
     registry.check_qkv(q, k, v)
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(
             f"unknown dense implementation {implementation!r}; valid: {', '.join(IMPLEMENTATIONS)}"
         )
-    if kwargs.get("score_mod") is not None:
-        implementation = _score_mod_implementation(implementation, q.shape[1] * k.shape[1])
-    if implementation == "auto" and ring.axis_size() > 1:
+    chunk_q = CHUNK_BLOCK if block_q is None else block_q
+    chunk_k = CHUNK_BLOCK if block_k is None else block_k
+    if kwargs.get("score_mod") is not None and implementation != "auto":
+        _check_score_mod_implementation(implementation)
+    if implementation == "auto" and ring.axis_size() > 1 and kwargs.get("score_mod") is None:
         implementation = _auto_sequence_parallel(q, k, kwargs.get("causal", False))
     if implementation in ("ring", "ulysses"):
         fn = ring.ring_attention if implementation == "ring" else ulysses.ulysses_attention
-        return fn(q, k, v, block_q=block_q, block_k=block_k, **kwargs)
-    if implementation == "auto" and jax.default_backend() == "tpu":
-        no_drop = kwargs.get("dropout_rate", 0.0) == 0.0
-        implementation = "splash" if no_drop else "chunked"
+        return fn(q, k, v, block_q=chunk_q, block_k=chunk_k, **kwargs)
     if implementation == "auto":
-        why = cudnn_unsupported(q, k, v, kwargs.get("dropout_rate", 0.0)) if _on_gpu() else ""
-        if why is None:
-            implementation = "cudnn"
-        elif q.shape[1] * k.shape[1] > AUTO_CHUNK_THRESHOLD:
-            implementation = "chunked"
-        else:
-            implementation = "reference"
-        if why:
-            _log_auto_choice(implementation, why)
+        implementation = auto_implementation(q, k, v, **kwargs)
     if implementation == "reference":
         return reference_attention(q, k, v, **kwargs)
     if implementation == "chunked":
-        return chunked_attention(q, k, v, block_q=block_q, block_k=block_k, **kwargs)
+        return chunked_attention(q, k, v, block_q=chunk_q, block_k=chunk_k, **kwargs)
     if implementation == "splash":
         kwargs.pop("dropout_rng", None)
         return splash.splash_attention(q, k, v, **kwargs)
@@ -262,18 +282,48 @@ def dense_attention(q, k, v, *, implementation="auto", block_q=512, block_k=512,
     return cudnn_attention(q, k, v, **kwargs)
 
 
-def _score_mod_implementation(implementation: str, logits: int) -> str:
-    """The implementation that runs a score modification: ``auto`` becomes ``reference`` or
-    ``chunked``; cuDNN and splash take no bias (raises); the Pallas kernels compute it."""
-    if implementation == "auto":
-        return "chunked" if logits > AUTO_CHUNK_THRESHOLD else "reference"
+def auto_implementation(q, k, v, *, dropout_rate=0.0, score_mod=None, **unused) -> str:
+    """What ``auto`` runs without a sequence axis (module docstring), its reason logged once
+    when it is not the backend's first choice.
+
+    GPU: cuDNN when it applies; otherwise the Pallas kernels (float32, head dims cuDNN
+    rejects, ALiBi/T5 biases, attention dropout); the plain-JAX engines only for inputs no
+    kernel takes (a head dim above ``pallas_plan.MAX_HEAD_DIM``, a bias with no kernel form).
+    TPU: splash (no bias, no dropout), else the plain-JAX engines. CPU: ``reference`` for
+    short sequences, ``chunked`` above ``AUTO_CHUNK_THRESHOLD`` logits.
+    """
+    plain = "chunked" if q.shape[1] * k.shape[1] > AUTO_CHUNK_THRESHOLD else "reference"
+    backend = jax.default_backend()
+    if backend == "tpu":
+        if score_mod is not None:
+            return plain
+        return "splash" if dropout_rate == 0.0 else "chunked"
+    if backend != "gpu":
+        return plain
+    why = "a score bias" if score_mod is not None else cudnn_unsupported(q, k, v, dropout_rate)
+    if why is None:
+        return "cudnn"
+    table = blockwise.dense_table(1, 1, 1, 1, causal=False, offset=0)[0]
+    no_kernel = pallas_blocks.supported(
+        q, k, v, block_q=16, block_k=16, table=table, dropout_rate=dropout_rate,
+        score_mod=score_mod,
+    )  # fmt: skip
+    choice = "pallas" if no_kernel is None else plain
+    _log_auto_choice(choice, why if no_kernel is None else f"{why}; Pallas: {no_kernel}")
+    return choice
+
+
+CHUNK_BLOCK = 512  # default block of ``chunked`` (and of the ring / Ulysses steps)
+
+
+def _check_score_mod_implementation(implementation: str) -> None:
+    """cuDNN and splash take no bias: a score modification with them raises."""
     if implementation not in ("reference", "chunked", "pallas"):
         raise ValueError(
             f"dense implementation {implementation!r} cannot add a positional score bias "
             "(model.positional 'alibi'/'t5_bias'); use implementation 'auto', 'reference', "
             "'chunked' or 'pallas'"
         )
-    return implementation
 
 
 def _auto_sequence_parallel(q, k, causal: bool) -> str:

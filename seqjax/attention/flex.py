@@ -14,8 +14,9 @@ seqjax derives the key-block table (``table int32 [nq, W]``, ``count int32 [nq]`
 the plain-JAX ``blockwise`` engine or the Pallas kernels of ``pallas_blocks``; only the
 listed block pairs are computed, forward and backward. On TPUs the pattern goes to splash
 attention instead (``seqjax.attention.splash``). ``implementation`` = ``auto`` (splash on
-TPU, Pallas on GPU, plain JAX elsewhere or with dropout), ``blocksparse``, ``pallas``,
-``splash`` or ``masked`` (the dense ground truth with the pattern as a ``[T, S]`` mask).
+TPU without dropout, Pallas on GPU with the planner's tiles, plain JAX elsewhere),
+``blocksparse``, ``pallas``, ``splash`` or ``masked`` (the dense ground truth with the
+pattern as a ``[T, S]`` mask).
 
 Named patterns (``pattern=...`` in a model config): ``sliding_window`` (``window``),
 ``dilated`` (``window``, ``dilation``), ``global_tokens`` (``num_global`` plus a sliding
@@ -67,7 +68,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax.attention import blockwise, dense, pallas_blocks, registry, splash
+from seqjax.attention import blockwise, dense, pallas_blocks, pallas_plan, registry, splash
 from seqjax.attention import masks as masks_lib
 from seqjax.attention.sparse_patterns import bigbird_block_mask, check_seed
 
@@ -309,13 +310,21 @@ def flex_attention(
         return splash.splash_attention(
             q, k, v, head_fns=splash_fn, dropout_rate=dropout_rate, **common
         )
+    engine = blockwise.blockwise_attention
+    if implementation == "pallas" or (implementation == "auto" and backend == "gpu"):
+        tile, why = _kernel_tile(q, k, v, bs, key, dropout_rate, score_mod)
+        if why is None:
+            engine = pallas_blocks.block_sparse_attention
+            if key is not None and tile != bs:
+                fine = pallas_plan.refine_layout(block_mask, bs, tile, t, s)
+                key = (fine.tobytes(), fine.shape)
+            bs = tile
+        elif implementation == "pallas":
+            raise ValueError(f"flex implementation='pallas': {why}")
+        else:
+            _log_kernel_fallback(why)
     table, count, _ = block_table(mask_fn if key is None else None, key, t, s, bs, bs, causal,
                                   offset)  # fmt: skip
-    engine = blockwise.blockwise_attention
-    if implementation == "pallas" or (
-        implementation == "auto" and backend == "gpu" and dropout_rate == 0.0
-    ):
-        engine = pallas_blocks.block_sparse_attention
     if score_mod is not None:
         common["score_mod"] = score_mod
     return engine(
@@ -351,6 +360,31 @@ def _per_head(q, k, v, layout_HQK, *, implementation, dropout_rng, score_mod, **
             )  # fmt: skip
         )
     return jnp.concatenate(outs, axis=2)
+
+
+def _kernel_tile(q, k, v, bs: int, key, dropout_rate: float, score_mod):
+    """``(tile, why)``: the Pallas kernels' tile for block size ``bs`` (the planner's,
+    ``pallas_plan.kernel_tile``; a power of two dividing ``bs`` for a block mask), or why
+    the kernels cannot run this call."""
+    t, s = q.shape[1], k.shape[1]
+    tile = pallas_plan.kernel_tile(
+        t, s, q.shape[-1], v.shape[-1], q.dtype, bs, exact=key is not None
+    )
+    if tile is None:
+        return bs, (
+            f"block_size={bs} has no power-of-two tile >= 16 (for a block_mask: dividing it) "
+            f"or head dims {q.shape[-1]}/{v.shape[-1]} exceed {pallas_plan.MAX_HEAD_DIM}"
+        )
+    why = pallas_blocks.supported(
+        q, k, v, block_q=tile, block_k=tile, table=np.zeros((2, 1)), dropout_rate=dropout_rate,
+        score_mod=score_mod,
+    )  # fmt: skip
+    return tile, why
+
+
+@functools.lru_cache(maxsize=8)
+def _log_kernel_fallback(why: str) -> None:
+    log.warning("flex 'auto' on GPU runs the plain-JAX block-sparse engine: %s", why)
 
 
 def _score_mod_implementation(implementation: str, score_mod, offset: int) -> str:

@@ -9,7 +9,8 @@ the ``[B, T, H, D]`` layout), which applies, in this order and with these conven
    ``softmax(Q K^T / sqrt(D) + mask) V``, with the max subtracted under a stop-gradient;
    a row with no valid key gives zeros (never NaN) and ``lse = -inf``;
 3. attention dropout (Srivastava et al. 2014, inverted: kept entries scaled by
-   ``1 / (1 - rate)``) on the probabilities;
+   ``1 / (1 - rate)``) on the probabilities, the keep mask a counter-based hash of
+   (seed, batch, head, query, key) (``dropout_keep``) that every engine computes alike;
 4. the values: probabilities cast to the value dtype, products accumulated in float32.
 
 The blockwise engines (``blockwise``, ``pallas_blocks``) keep running statistics instead
@@ -85,12 +86,73 @@ def masked_softmax(logits, valid=None, *, return_lse=False):
     return probs, lse_from_stats(m, denom)[..., 0]
 
 
+# Constants of the murmur3 32-bit finalizer (and the golden ratio), as int32 bit patterns.
+_FMIX_1 = 0x85EBCA6B - (1 << 32)
+_FMIX_2 = 0xC2B2AE35 - (1 << 32)
+_GOLDEN = 0x9E3779B9 - (1 << 32)
+DROPOUT_BITS = 24  # the keep test compares the top 24 bits of the hash
+
+
+def _srl(x, n: int):
+    return jax.lax.shift_right_logical(x, jnp.full_like(x, n))
+
+
+def _fmix32(x):
+    """murmur3's 32-bit finalizer on int32 bit patterns (a bijection with full avalanche):
+    integer multiplies wrap, shifts are logical, so jnp and Triton compute the same bits."""
+    x = x ^ _srl(x, 16)
+    x = x * jnp.int32(_FMIX_1)
+    x = x ^ _srl(x, 13)
+    x = x * jnp.int32(_FMIX_2)
+    return x ^ _srl(x, 16)
+
+
+def dropout_seeds(rng):
+    """The two int32 seeds of the counter-based dropout hash, drawn from a JAX key."""
+    bits = jax.random.bits(rng, (2,), jnp.uint32)
+    return jax.lax.bitcast_convert_type(bits, jnp.int32)
+
+
+def dropout_keep(seed0, seed1, row, q_pos, k_pos, rate: float):
+    """Counter-based keep mask of attention dropout: a hash of (seed, row, query, key).
+
+    ``row`` indexes (batch, head) as ``b * H + h``; ``q_pos`` / ``k_pos`` are the absolute
+    query and key positions (int32, broadcastable against each other and ``row``). The
+    same (seed, b, h, q, k) gives the same bit in every engine, whatever its blocks are
+    (the materialized reference, ``blockwise``, the Pallas kernels), so their dropout is
+    identical, and the backward pass regenerates the mask instead of storing it (as
+    FlashAttention does with Philox; Dao et al. 2022, §3.1, "Dropout"). A key is kept
+    with probability ``1 - rate`` (to 2^-24).
+    """
+    rank = max(jnp.ndim(row), jnp.ndim(q_pos), jnp.ndim(k_pos))
+    row, q_pos, k_pos = (jnp.reshape(x, (1,) * (rank - jnp.ndim(x)) + jnp.shape(x))
+                         for x in (row, q_pos, k_pos))  # fmt: skip
+    row_hash = _fmix32(seed0 ^ _fmix32(row.astype(jnp.int32) + seed1))
+    q_hash = _fmix32(row_hash ^ (q_pos.astype(jnp.int32) * jnp.int32(_GOLDEN)))
+    x = _fmix32(q_hash + k_pos.astype(jnp.int32) * jnp.int32(_FMIX_1))
+    threshold = int(round(rate * (1 << DROPOUT_BITS)))
+    return _srl(x, 32 - DROPOUT_BITS) >= threshold
+
+
 def dropout(probs, rate, rng):
-    """Inverted dropout on attention probabilities (identity for ``rate == 0``)."""
+    """Inverted dropout on attention probabilities ``[..., T, S]`` (identity for
+    ``rate == 0``): the keep mask is ``dropout_keep`` with ``row`` the flattened index of the
+    leading axes (``b * H + h`` for ``[B, H, T, S]``), query and key their positions."""
     if rate == 0.0:
         return probs
-    keep = jax.random.bernoulli(rng, 1.0 - rate, probs.shape)
-    return probs * keep / (1.0 - rate)
+    *lead, t, s = probs.shape
+    seeds = dropout_seeds(rng)
+    n_rows = math.prod(lead)
+    row = jnp.arange(n_rows, dtype=jnp.int32).reshape(*lead, 1, 1)
+    q_pos = jnp.arange(t, dtype=jnp.int32)[:, None]
+    k_pos = jnp.arange(s, dtype=jnp.int32)[None, :]
+    keep = dropout_keep(seeds[0], seeds[1], row, q_pos, k_pos, rate)
+    return (probs * dropout_scale(keep, rate)).astype(probs.dtype)
+
+
+def dropout_scale(keep, rate: float):
+    """float32 ``1 / (1 - rate)`` where kept, 0 where dropped (inverted dropout)."""
+    return jnp.where(keep, jnp.float32(1.0 / (1.0 - rate)), jnp.float32(0.0))
 
 
 def attend_logits(

@@ -1,5 +1,8 @@
 """Pallas kernels for exact block-sparse attention over a static block table.
 
+Tiles come from ``plan`` (``seqjax.attention.pallas_plan``: the largest tiles whose shared
+memory fits the device); head dims that are not powers of two are zero-padded inside.
+
 The same contract as the plain-JAX engine ``seqjax.attention.blockwise.blockwise_attention``
 (one key-block table, an element mask evaluated inside visited blocks, the log-sum-exp as a
 differentiable second output), written as three Pallas kernels:
@@ -19,7 +22,9 @@ pattern cheaper than dense attention on an accelerator.
 
 On GPUs the kernels lower through Triton; everywhere else (and in CI) they run in Pallas
 interpret mode (``interpret=True``), which executes the same kernel body with ``jax.numpy``.
-Attention dropout is not supported here (callers fall back to the plain-JAX engine).
+Attention dropout is applied inside the kernels with the counter-based keep mask of
+``numerics.dropout_keep`` (a hash of seed, batch, head, query, key), the mask the plain-JAX
+engines draw, so kernel == ``chunked`` == ``reference`` with dropout too.
 On a multi-device mesh the kernels run under ``shard_map`` over the batch (as the logical
 rules split ``"batch"``; ``splash.mesh_split``): XLA cannot partition an opaque kernel and
 would otherwise run the whole batch on every device.
@@ -39,16 +44,12 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 from jax.sharding import PartitionSpec as P
 
-from seqjax.attention import blockwise, numerics, splash
+from seqjax.attention import blockwise, numerics, pallas_plan, splash
 from seqjax.attention import masks as masks_lib
+from seqjax.attention import pallas_kernels as kernels
 from seqjax.attention import score_mod as score_mod_lib
 
-# ``dot`` moved from ``pallas`` to ``pallas.triton`` (JAX 0.8); take whichever exists.
-_pl_dot = getattr(plgpu, "dot", None) or pl.dot
-
-# Masked logits get this finite value, so that a block with no visible key never produces
-# inf - inf; probabilities of masked entries are zeroed explicitly.
-_NEG = -1e30
+plan = pallas_plan.plan  # the tile planner every Pallas caller uses (public API)
 
 
 def default_interpret() -> bool:
@@ -61,148 +62,68 @@ def supported(
 ) -> str | None:
     """Why the kernels cannot run these inputs (None when they can).
 
-    Triton needs power-of-two tiles of at least 16 rows and a head dim that is a power of two.
+    Triton needs power-of-two tiles of at least 16 rows (a one-block table is re-tiled by
+    the planner, so any block size works there); head dims that are not powers of two are
+    zero-padded inside (``pallas_plan.pow2_at_least_16``) up to ``pallas_plan.MAX_HEAD_DIM``.
     A score modification must have a kernel form (ALiBi, T5 bias; ``score_mod.KernelForm``).
     """
-    if dropout_rate > 0.0:
-        return "attention dropout is not implemented in the Pallas kernels"
     if score_mod is not None and score_mod.form is None:
         return (
             "the score modification has no kernel form (the kernels compute only the ALiBi "
             "and T5 biases of score_mod.alibi / score_mod.t5_bias, not a remapped or custom one)"
         )
-    d, dv = q.shape[-1], v.shape[-1]
-    for name, x in (("head dim", d), ("value head dim", dv)):
-        if x < 16 or x & (x - 1):
-            return f"{name} {x} is not a power of two >= 16"
-    single = table.shape == (1, 1)
+    why = pallas_plan.check_head_dims(q.shape[-1], v.shape[-1])
+    if why is not None:
+        return why
+    if _single_block(table):
+        return None
     for name, x in (("block_q", block_q), ("block_k", block_k)):
-        if not single and (x < 16 or x & (x - 1)):
+        if x < 16 or x & (x - 1):
             return f"{name} {x} is not a power of two >= 16"
     return None
 
 
-def _pow2_at_least_16(n: int) -> int:
-    return max(16, 1 << (int(n) - 1).bit_length())
+def _single_block(table) -> bool:
+    return tuple(np.shape(table)) == (1, 1)
 
 
-def _element_mask(i, j, *, bq, bk, t, s, causal, offset, mask_fn, km_ref, qs_ref, ks_ref):
-    """bool ``[bq, bk]`` mask of block (i, j) inside a kernel."""
-    q_pos = i * bq + jnp.arange(bq, dtype=jnp.int32)
-    k_pos = j * bk + jnp.arange(bk, dtype=jnp.int32)
-    valid = (q_pos[:, None] < t) & (k_pos[None, :] < s)
-    if causal:
-        valid = valid & (k_pos[None, :] <= q_pos[:, None] + offset)
-    if mask_fn is not None:
-        extra = mask_fn(q_pos, k_pos)
-        valid = valid & (extra.reshape(extra.shape[-2:]) if extra.ndim > 2 else extra)
-    if km_ref is not None:
-        valid = valid & (km_ref[pl.ds(j * bk, bk)] != 0)[None, :]
-    if qs_ref is not None:
-        sq = qs_ref[pl.ds(i * bq, bq)]
-        sk = ks_ref[pl.ds(j * bk, bk)]
-        valid = valid & (sq[:, None] == sk[None, :])
-    return valid
+_pow2_at_least_16 = pallas_plan.pow2_at_least_16
 
 
-def _dot(a, b, *, trans_a=False, trans_b=False):
-    precision = jax.lax.Precision.HIGHEST if a.dtype == jnp.float32 else None
-    return _pl_dot(a, b, trans_a=trans_a, trans_b=trans_b, precision=precision)
-
-
-def _fwd_kernel(table_ref, count_ref, q_ref, k_ref, v_ref, *refs, cfg):
-    (km_ref, qs_ref, ks_ref), bias_refs, (o_ref, lse_ref) = cfg["aux"](refs)
-    i = pl.program_id(0)
-    bq, bk, w = cfg["bq"], cfg["bk"], cfg["w"]
-    q = q_ref[...]
-    dv = v_ref.shape[-1]
-
-    def body(n, carry):
-        m, l, acc = carry
-        j = table_ref[i * w + n]
-        k = k_ref[pl.ds(j * bk, bk), :]
-        v = v_ref[pl.ds(j * bk, bk), :]
-        s_ = _dot(q, k, trans_b=True) * cfg["scale"]
-        if bias_refs:
-            s_ = s_ + cfg["bias"](i, j, *bias_refs)
-        valid = cfg["mask"](i, j, km_ref=km_ref, qs_ref=qs_ref, ks_ref=ks_ref)
-        s_ = jnp.where(valid, s_, _NEG)
-        m_new = jnp.maximum(m, s_.max(axis=-1))
-        p = jnp.where(valid, jnp.exp(s_ - m_new[:, None]), 0.0)
-        corr = jnp.exp(m - m_new)
-        l = l * corr + p.sum(axis=-1)
-        acc = acc * corr[:, None] + _dot(p.astype(v.dtype), v)
-        return m_new, l, acc
-
-    init = (
-        jnp.full((bq,), _NEG, jnp.float32),
-        jnp.zeros((bq,), jnp.float32),
-        jnp.zeros((bq, dv), jnp.float32),
+def _retile_single_block(count, t: int, s: int, bq: int, bk: int, causal: bool):
+    """The dense (or causal) table of ``bq x bk`` tiles standing for one whole block."""
+    nq, nk = -(-t // bq), -(-s // bk)
+    table, new_count = blockwise.dense_table(
+        nq, nk, bq, bk, causal=causal, offset=masks_lib.causal_offset(t, s)
     )
-    out, lse = numerics.finish_online_softmax(*jax.lax.fori_loop(0, count_ref[i], body, init))
-    o_ref[...] = out.astype(o_ref.dtype)
-    lse_ref[...] = lse
+    if int(np.asarray(count).reshape(-1)[0]) == 0:  # the one block was empty
+        new_count = np.zeros_like(new_count)
+    return table, new_count
 
 
-def _dkdv_kernel(t_table_ref, t_count_ref, q_ref, k_ref, v_ref, g_ref, lse_ref, dl_ref, *refs, cfg):
-    (km_ref, qs_ref, ks_ref), bias_refs, (dk_ref, dv_ref, *dcoef_ref) = cfg["aux"](refs)
-    j = pl.program_id(0)
-    bq, w = cfg["bq"], cfg["tw"]
-    k = k_ref[...]
-    v = v_ref[...]
-
-    def body(n, carry):
-        dk, dv, dcoef = carry
-        i = t_table_ref[j * w + n]
-        q = q_ref[pl.ds(i * bq, bq), :]
-        g = g_ref[pl.ds(i * bq, bq), :]
-        lse = lse_ref[pl.ds(i * bq, bq)]
-        delta = dl_ref[pl.ds(i * bq, bq)]
-        s_ = _dot(q, k, trans_b=True) * cfg["scale"]
-        if bias_refs:
-            s_ = s_ + cfg["bias"](i, j, *bias_refs)
-        valid = cfg["mask"](i, j, km_ref=km_ref, qs_ref=qs_ref, ks_ref=ks_ref)
-        p = jnp.where(valid, jnp.exp(s_ - lse[:, None]), 0.0)
-        dv = dv + _dot(p.astype(g.dtype), g, trans_a=True)
-        dp = _dot(g, v, trans_b=True)
-        ds_raw = p * (dp - delta[:, None])  # d loss / d (biased logits)
-        if dcoef_ref:  # the learned table's cotangent: ds summed per bucket
-            dcoef = dcoef + cfg["bias_grad"](i, j, bias_refs[0], ds_raw)
-        ds = (ds_raw * cfg["scale"]).astype(q.dtype)
-        dk = dk + _dot(ds, q, trans_a=True)
-        return dk, dv, dcoef
-
-    dcoef0 = jnp.zeros((cfg["coef_width"],), jnp.float32) if dcoef_ref else None
-    init = (jnp.zeros(k.shape, jnp.float32), jnp.zeros(v.shape, jnp.float32), dcoef0)
-    dk, dv, dcoef = jax.lax.fori_loop(0, t_count_ref[j], body, init)
-    dk_ref[...] = dk.astype(dk_ref.dtype)
-    dv_ref[...] = dv.astype(dv_ref.dtype)
-    if dcoef_ref:
-        dcoef_ref[0][...] = dcoef
-
-
-def _dq_kernel(table_ref, count_ref, q_ref, k_ref, v_ref, g_ref, lse_ref, dl_ref, *refs, cfg):
-    (km_ref, qs_ref, ks_ref), bias_refs, (dq_ref,) = cfg["aux"](refs)
-    i = pl.program_id(0)
-    bk, w = cfg["bk"], cfg["w"]
-    q, g = q_ref[...], g_ref[...]
-    lse, delta = lse_ref[...], dl_ref[...]
-
-    def body(n, dq):
-        j = table_ref[i * w + n]
-        k = k_ref[pl.ds(j * bk, bk), :]
-        v = v_ref[pl.ds(j * bk, bk), :]
-        s_ = _dot(q, k, trans_b=True) * cfg["scale"]
-        if bias_refs:
-            s_ = s_ + cfg["bias"](i, j, *bias_refs)
-        valid = cfg["mask"](i, j, km_ref=km_ref, qs_ref=qs_ref, ks_ref=ks_ref)
-        p = jnp.where(valid, jnp.exp(s_ - lse[:, None]), 0.0)
-        dp = _dot(g, v, trans_b=True)
-        ds = (p * (dp - delta[:, None]) * cfg["scale"]).astype(k.dtype)
-        return dq + _dot(ds, k)
-
-    dq = jax.lax.fori_loop(0, count_ref[i], body, jnp.zeros(q.shape, jnp.float32))
-    dq_ref[...] = dq.astype(dq_ref.dtype)
+def _launch_settings(dtype, d, dv, bq, bk, num_warps, num_stages, *, check: bool):
+    """``(num_warps, num_stages)``: given values, else the deepest pipeline whose shared
+    memory fits the device (``pallas_plan``). With ``check`` (compiling for a GPU), tiles
+    that fit no pipeline depth raise before anything compiles."""
+    dp, dvp = pallas_plan.pow2_at_least_16(d), pallas_plan.pow2_at_least_16(dv)
+    itemsize = np.dtype(dtype).itemsize
+    budget = pallas_plan.device_budget()
+    stages = (num_stages,) if num_stages else pallas_plan.STAGES
+    fitting = [
+        st
+        for st in stages
+        if max(pallas_plan.smem_estimate(bq, bk, dp, dvp, itemsize, st).values()) <= budget
+    ]
+    if check and not fitting:
+        need = max(pallas_plan.smem_estimate(bq, bk, dp, dvp, itemsize, stages[-1]).values())
+        best = pallas_plan.plan(bq, bk, d, dv, dtype=dtype, budget=budget).block_q
+        raise ValueError(
+            f"Pallas block-sparse attention: tiles {bq}x{bk} at head dims {d}/{dv} in "
+            f"{np.dtype(dtype).name} need about {need} bytes of shared memory, above this "
+            f"device's {budget}; use tiles <= {best} (seqjax.attention.pallas_blocks.plan)"
+        )
+    warps = num_warps or pallas_plan.num_warps(bq, bk, dp, dvp)
+    return warps, (fitting or stages)[0]
 
 
 def _flat_table(table: np.ndarray) -> jax.Array:
@@ -235,7 +156,7 @@ def block_sparse_attention(
     return_lse: bool = False,
     interpret: bool | None = None,
     num_warps: int | None = None,
-    num_stages: int = 2,
+    num_stages: int | None = None,
     score_mod=None,
 ):
     """Exact attention restricted to the key blocks of ``table``, as Pallas kernels.
@@ -245,32 +166,44 @@ def block_sparse_attention(
 
     Args:
       interpret: run the kernels in Pallas interpret mode (default: everywhere but on GPU).
-      num_warps, num_stages: Triton launch settings on GPU.
+      num_warps, num_stages: Triton launch settings on GPU (default: from the tiles and
+        the device's shared-memory budget, ``pallas_plan``).
       score_mod: optional ALiBi or T5 bias (``seqjax.attention.score_mod``, with a
         ``KernelForm``), computed inside the kernels from (query position, key position,
         head); the T5 table's gradient is summed per bucket in the dK/dV kernel.
 
     Raises:
-      ValueError: for inputs the kernels do not support (see ``supported``).
+      ValueError: for inputs the kernels do not support (see ``supported``), and, when the
+        kernels compile for a GPU, for tiles whose shared memory exceeds the device's
+        budget (tiles from ``plan`` always fit).
     """
     b, t, h, d = q.shape
-    s = k.shape[1]
-    if table.shape == (1, 1) and (block_q & (block_q - 1) or block_q < 16):
-        # One dense block (e.g. the Sparse Transformer's column part): any tile size works,
-        # so round it up to a power of two; positions past t / s are masked.
-        block_q = block_k = _pow2_at_least_16(max(block_q, block_k))
+    s, dv_in = k.shape[1], v.shape[-1]
     why = supported(q, k, v, block_q=block_q, block_k=block_k, table=table,
                     dropout_rate=dropout_rate, score_mod=score_mod)  # fmt: skip
     if why is not None:
         raise ValueError(f"Pallas block-sparse attention: {why}")
-    del dropout_rng
     interpret = default_interpret() if interpret is None else interpret
     blockwise._check_not_forward_mode(q, k, v)
+    if _single_block(table):
+        # One dense block (e.g. the Sparse Transformer's column part, n = T / l rows):
+        # tiled by the planner over the dense table; positions past t / s are masked.
+        tiles = pallas_plan.plan(t, s, d, dv_in, dtype=q.dtype)
+        block_q, block_k = tiles.block_q, tiles.block_k
+        table, count = _retile_single_block(count, t, s, block_q, block_k, causal)
+    num_warps, num_stages = _launch_settings(
+        q.dtype, d, dv_in, block_q, block_k, num_warps, num_stages, check=not interpret
+    )
     bq, bk = block_q, block_k
     nq, nk = -(-t // bq), -(-s // bk)
     if table.shape[0] != nq:
         raise ValueError(f"block table has {table.shape[0]} rows, expected {nq}")
-    scale = float(numerics.default_scale(scale, d))
+    scale = float(numerics.default_scale(scale, d))  # of the true head dim
+    # Head dims padded to powers of two with zeros: q.k and p.v are unchanged (the padded
+    # output columns are dropped below), as FlashAttention handles odd head dims.
+    d = pallas_plan.pow2_at_least_16(d)
+    q, k = numerics.pad_to(q, d, axis=3), numerics.pad_to(k, d, axis=3)
+    v = numerics.pad_to(v, pallas_plan.pow2_at_least_16(dv_in), axis=3)
     key_mask = masks_lib.check_key_mask(mask, b, s)
     q_seg, kv_seg = masks_lib.split_segment_ids(segment_ids, t, s)
     t_table, t_count = blockwise.transpose_table(table, count, nk)
@@ -288,6 +221,13 @@ def block_sparse_attention(
         ]
 
     has_bias = score_mod is not None
+    numerics.check_dropout(dropout_rate, dropout_rng)
+    has_drop = dropout_rate > 0.0
+    # Dropout seeds (int32 [16]): entries 0, 1 the hash's seeds, entry 2 the batch offset of
+    # this device's shard (set under shard_map), so that the mask is numerics.dropout_keep's.
+    drop_args = ()
+    if has_drop:
+        drop_args = (jnp.zeros((16,), jnp.int32).at[:2].set(numerics.dropout_seeds(dropout_rng)),)
     form = score_mod.form if has_bias else None
     learned = has_bias and form.scheme == "t5_bias"
     # Bias inputs: the query offset (int32 [16], entry 0) and the per-head coefficients
@@ -307,7 +247,8 @@ def block_sparse_attention(
         km_ref = rest.pop(0) if has_km else None
         qs_ref, ks_ref = (rest.pop(0), rest.pop(0)) if has_seg else (None, None)
         bias_refs = (rest.pop(0), rest.pop(0)) if has_bias else ()
-        return (km_ref, qs_ref, ks_ref), bias_refs, tuple(rest)
+        drop_ref = rest.pop(0) if has_drop else None
+        return (km_ref, qs_ref, ks_ref), bias_refs, drop_ref, tuple(rest)
 
     def positions(i, j, off_ref):
         q_pos = off_ref[0] + i * bq + jnp.arange(bq, dtype=jnp.int32)
@@ -322,7 +263,7 @@ def block_sparse_attention(
         return score_mod_lib.kernel_bias_grad(form, q_pos, k_pos, ds_raw, cw)
 
     mask_block = functools.partial(
-        _element_mask,
+        kernels.element_mask,
         bq=bq,
         bk=bk,
         t=t,
@@ -336,8 +277,7 @@ def block_sparse_attention(
                coef_width=cw)  # fmt: skip
     params = None
     if not interpret:
-        warps = num_warps or (4 if max(d, bq, bk) <= 64 else 8)
-        params = plgpu.CompilerParams(num_warps=warps, num_stages=num_stages)
+        params = plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages)
     call = functools.partial(pl.pallas_call, interpret=interpret, compiler_params=params)
 
     def full(x):  # the whole (small) array in every program
@@ -365,13 +305,16 @@ def block_sparse_attention(
         if has_bias:  # the offset whole, the coefficients of head hi
             specs.append(pl.BlockSpec((16,), lambda *_: (0,)))
             specs.append(pl.BlockSpec((None, cw), lambda r, bi, hi: (hi, 0)))
+        if has_drop:  # the seeds and the batch offset, whole
+            specs.append(pl.BlockSpec((16,), lambda *_: (0,)))
         return specs
 
     def kernel_inputs(aux_in, params):
-        if not has_bias:
-            return aux_in
-        *masks_in, off = aux_in
-        return (*masks_in, off, coefficients(params))
+        """The kernels' aux inputs from ``(*masks, [offset], [seeds])``."""
+        masks_in, rest = list(aux_in[: len(aux_arrays)]), list(aux_in[len(aux_arrays) :])
+        if has_bias:
+            masks_in += [rest.pop(0), coefficients(params)]
+        return (*masks_in, *rest)
 
     tab, cnt = _flat_table(table), _counts(count)
     ttab, tcnt = _flat_table(t_table), _counts(t_count)
@@ -381,7 +324,7 @@ def block_sparse_attention(
         qp, kp, vp = blockwise._first_order_only((qp, kp, vp))  # no second derivatives
         b = qp.shape[0]  # this device's batch under shard_map
         out, lse = call(
-            functools.partial(_fwd_kernel, cfg=cfg),
+            functools.partial(kernels.fwd_kernel, cfg=cfg),
             grid=(nq, b, h),
             in_specs=[full(tab), full(cnt), rows(bq, d), seq(nk * bk, d), seq(nk * bk, dv_dim)]
             + aux_specs(),
@@ -411,7 +354,7 @@ def block_sparse_attention(
             dcoef_shape = [jax.ShapeDtypeStruct((nk, b, h, cw), jnp.float32)]
         kernel_in = kernel_inputs(aux_in, params)
         dk, dv, *dcoef = call(
-            functools.partial(_dkdv_kernel, cfg=cfg),
+            functools.partial(kernels.dkdv_kernel, cfg=cfg),
             grid=(nk, b, h),
             in_specs=[
                 full(ttab),
@@ -433,7 +376,7 @@ def block_sparse_attention(
             name="seqjax_block_sparse_dkdv",
         )(ttab, tcnt, qp, kp, vp, g, lse_safe, delta, *kernel_in)
         (dq,) = call(
-            functools.partial(_dq_kernel, cfg=cfg),
+            functools.partial(kernels.dq_kernel, cfg=cfg),
             grid=(nq, b, h),
             in_specs=[
                 full(tab),
@@ -458,11 +401,29 @@ def block_sparse_attention(
         dtable_NH = dcoef[0].sum((0, 1))[:, : form.num_buckets].T
         return (*grads, dtable_NH.astype(params.dtype))
 
+    def keep(i, j, seed_ref, bh):  # float32 [bq, bk]: dropout keep-scale of block (i, j)
+        row = (bh[0] + seed_ref[2]) * h + bh[1]  # program (batch, head), global batch row
+        q_pos = i * bq + jnp.arange(bq, dtype=jnp.int32)
+        k_pos = j * bk + jnp.arange(bk, dtype=jnp.int32)
+        kept = numerics.dropout_keep(
+            seed_ref[0], seed_ref[1], row, q_pos[:, None], k_pos[None, :], dropout_rate
+        )
+        return numerics.dropout_scale(kept, dropout_rate)
+
+    cfg["keep"] = keep
+
     def attend(qp, kp, vp, *args):
+        args = list(args)
+        params = args.pop(0) if has_bias else None
+        off = [args.pop(0)] if has_bias else []
+        seeds = [args.pop(0)] if has_drop else []
+        if seeds and split and split.batch:  # this shard's first batch row: entry 2
+            first = jax.lax.axis_index(split.batch) * qp.shape[0]
+            seeds = [seeds[0].at[2].set(first.astype(jnp.int32))]
+        aux_in = (*args, *off, *seeds)
         if not has_bias:
-            return blockwise.call_with_vjp(forward, backward, qp, kp, vp, tuple(args))
-        params, off, aux_in = args[0], args[1], tuple(args[2:])
-        return blockwise.call_with_vjp_params(forward, backward, qp, kp, vp, (*aux_in, off), params)
+            return blockwise.call_with_vjp(forward, backward, qp, kp, vp, aux_in)
+        return blockwise.call_with_vjp_params(forward, backward, qp, kp, vp, aux_in, params)
 
     split = splash.mesh_split(b, h, same_heads=False)
     if split and split.batch:  # XLA would run an opaque kernel whole on every device
@@ -470,12 +431,14 @@ def block_sparse_attention(
         attend = jax.shard_map(
             attend,
             mesh=split.mesh,
-            in_specs=(x_spec,) * 3 + (P(),) * len(bias_args) + (aux_spec,) * len(aux_arrays),
+            in_specs=(x_spec,) * 3
+            + (P(),) * (len(bias_args) + len(drop_args))
+            + (aux_spec,) * len(aux_arrays),
             out_specs=(x_spec, P(split.batch, None, None)),
             check_vma=False,
         )
-    out, lse_BHT = attend(qp, kp, vp, *bias_args, *aux_arrays)
-    out = out[:, :t]
+    out, lse_BHT = attend(qp, kp, vp, *bias_args, *drop_args, *aux_arrays)
+    out = out[:, :t, :, :dv_in]
     if not return_lse:
         return out
     return out, lse_BHT[:, :, :t]

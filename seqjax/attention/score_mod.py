@@ -89,6 +89,10 @@ class KernelForm:
       ``-m_h |i - j|`` when not ``causal``;
     * ``"t5_bias"``: coefficients ``[N, H]`` (the learned table): ``table[bucket(j - i), h]``
       with the bucket computed by integer comparisons (``t5_bucket``).
+
+    ``position_scale``: the kernel's positions are ``position_scale`` times the absolute
+    ones (a part in a strided layout, e.g. the Sparse Transformer's columns: ``ScoreMod.remap
+    (scale=l)``).
     """
 
     scheme: str
@@ -96,6 +100,7 @@ class KernelForm:
     num_heads: int = 0
     num_buckets: int = 0
     max_distance: int = 0
+    position_scale: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,12 +125,24 @@ class ScoreMod:
         """``fn`` on absolute positions, in float32."""
         return self.fn(params, q_pos, k_pos).astype(jnp.float32)
 
-    def remap(self, *, q_map=None, k_map=None, heads=None) -> ScoreMod:
+    def remap(self, *, q_map=None, k_map=None, heads=None, scale=None) -> ScoreMod:
         """The same modification seen from a part of an engine with its own coordinates:
-        ``q_map``/``k_map`` turn the part's positions into absolute ones (e.g. the
-        Sparse Transformer's column layout, gathered summary keys), ``heads`` selects the
-        part's heads (an int sequence)."""
+        ``q_map``/``k_map`` turn the part's positions into absolute ones (e.g. gathered
+        summary keys), ``heads`` selects the part's heads (an int sequence). ``scale`` alone:
+        absolute positions are ``scale`` times the part's (the Sparse Transformer's column
+        layout); that map keeps the kernel form (``KernelForm.position_scale``)."""
         fn = self.fn
+        if scale is not None:
+            if q_map is not None or k_map is not None or heads is not None:
+                raise ValueError("ScoreMod.remap takes scale alone (no q_map, k_map, heads)")
+
+            def scaled(params, q_pos, k_pos):
+                return fn(params, q_pos * scale, k_pos * scale)
+
+            form = self.form
+            if form is not None:
+                form = dataclasses.replace(form, position_scale=form.position_scale * scale)
+            return dataclasses.replace(self, fn=scaled, form=form)
 
         def mapped(params, q_pos, k_pos):
             q_pos = q_pos if q_map is None else q_map(q_pos)
@@ -282,7 +299,7 @@ def kernel_bias(form: KernelForm, q_pos, k_pos, coef_at):
     absolute positions, ``coef_at(n)`` the head's n-th coefficient (a scalar ref load).
     Elementwise ops and scalar loads only (Triton/Mosaic), equal to ``ScoreMod.bias``."""
     if form.scheme == "alibi":
-        dist = q_pos[:, None] - k_pos[None, :]
+        dist = (q_pos[:, None] - k_pos[None, :]) * form.position_scale
         dist = dist if form.causal else jnp.abs(dist)
         return -coef_at(0) * dist.astype(jnp.float32)
     bucket = _kernel_bucket(form, q_pos, k_pos)
@@ -305,7 +322,7 @@ def kernel_bias_grad(form: KernelForm, q_pos, k_pos, ds_qk, width: int):
 
 
 def _kernel_bucket(form, q_pos, k_pos):
-    rel = k_pos[None, :] - q_pos[:, None]
+    rel = (k_pos[None, :] - q_pos[:, None]) * form.position_scale
     return t5_bucket(
         rel, causal=form.causal, num_buckets=form.num_buckets, max_distance=form.max_distance
     )

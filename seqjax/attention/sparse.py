@@ -16,14 +16,16 @@ Options:
   * ``distinct_summaries`` (``sparse_fixed`` only): head h uses the summary sub-block
     ``h mod (l / c)`` counted back from the end of each block, instead of all heads sharing
     the last c cells (§4.3: distinct sub-blocks per head were preferable).
-  * ``implementation``: ``"auto"`` (default: ``"pallas"`` on a GPU and ``"splash"`` on a
-    TPU when there is no dropout, else ``"blocksparse"``), ``"blocksparse"`` (computes
-    only the blocks the pattern needs, forward and backward, O(T sqrt(T)) for
+  * ``implementation``: ``"auto"`` (default: ``"pallas"`` on a GPU, ``"splash"`` on a
+    TPU when there is no dropout or bias, else ``"blocksparse"``), ``"blocksparse"``
+    (computes only the blocks the pattern needs, forward and backward, O(T sqrt(T)) for
     l ≈ sqrt(T); see ``sparse_blocks``),
     ``"pallas"`` (the same block tables run by the Pallas kernels of ``pallas_blocks``:
-    Triton on GPU, interpret mode elsewhere; parts with tiles Triton cannot take, and
-    dropout, fall back to the plain-JAX engine, logged), ``"splash"`` (TPU splash attention
-    with the per-head patterns as lazy masks; see ``seqjax.attention.splash``) or
+    Triton on GPU, interpret mode elsewhere; the block is the planner's tile, a power of
+    two dividing l, ``kernel_block``; parts the kernels cannot take (l without a
+    power-of-two divisor >= 16, a remapped bias) fall back to the plain-JAX engine,
+    logged), ``"splash"`` (TPU splash attention with the per-head patterns as lazy
+    masks; see ``seqjax.attention.splash``) or
     ``"masked"`` (dense attention with the pattern as a ``[H, T, T]`` mask, the ground truth
     for tests, O(T^2)).
   * ``causal`` (the common option): the paper's decoder patterns; False gives the
@@ -45,7 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from seqjax.attention import masks as masks_lib
-from seqjax.attention import numerics, registry, splash
+from seqjax.attention import numerics, pallas_plan, registry, splash
 from seqjax.attention import sparse_blocks as blocks
 from seqjax.attention import sparse_patterns as patterns
 from seqjax.attention.sparse_patterns import head_patterns, pattern  # noqa: F401 (public API)
@@ -179,6 +181,11 @@ def _second_half(q, k, v, ctx, *, kind, opts, causal, heads, exclude):
         sub = int(hd) % (l // opts["c"]) if opts["distinct_summaries"] else 0
         groups.setdefault(sub, []).append(local)
     outs, lses, order = [], [], []
+    # The kernels take the planner's tile (opts["block_size"] is it); the plain-JAX engine a
+    # larger block to amortise its loop.
+    summary_block = opts["block_size"]
+    if ctx.engine != "pallas":
+        summary_block = max(summary_block, min(l, SUMMARY_BLOCK))
     for g, (sub, local) in enumerate(sorted(groups.items())):
         sel = None if len(groups) == 1 else local
         out, lse = blocks.summaries(
@@ -191,7 +198,7 @@ def _second_half(q, k, v, ctx, *, kind, opts, causal, heads, exclude):
             sub_block=sub,
             causal=causal,
             exclude_own_block=exclude,
-            block=max(opts["block_size"], min(l, SUMMARY_BLOCK)),
+            block=summary_block,
             part=2 + g,
         )
         outs.append(out)
@@ -221,6 +228,9 @@ def blocksparse_attention(
     if q_seg is not None:
         q_seg, kv_seg = numerics.pad_to(q_seg, tp), numerics.pad_to(kv_seg, tp)
     engine = "pallas" if opts["implementation"] == "pallas" else "jax"
+    if engine == "pallas":  # the planner's tile, a power of two dividing the stride
+        bs = kernel_block(l, t, q.shape[-1], v.shape[-1], q.dtype, bs)
+        opts = dict(opts, block_size=bs)
     ctx = blocks.Context(
         key_mask, q_seg, kv_seg, scale, drop, drop_rng, engine=engine, score_mod=score_mod
     )
@@ -240,6 +250,15 @@ def blocksparse_attention(
         out2, _ = _second_half(*a, ctx.with_heads(sel2), heads=sel2, exclude=False, **kw)
         out = jnp.concatenate([out1, out2], axis=2)
     return out[:, :t].astype(q.dtype)
+
+
+def kernel_block(stride: int, t: int, d: int, dv: int, dtype, block: int) -> int:
+    """The Pallas kernels' block for a pattern of stride l: the planner's tile
+    (``pallas_plan.kernel_tile``) bounded by the largest power of two dividing l (the
+    parts' tables need a block dividing l). Below 16 the kernels cannot tile it: the parts then
+    fall back to the plain-JAX engine with ``block`` (logged)."""
+    tile = pallas_plan.kernel_tile(t, t, d, dv, dtype, stride, exact=True)
+    return block if tile is None else tile
 
 
 def sparse_attention(
@@ -267,8 +286,10 @@ def sparse_attention(
       dropout_rate, dropout_rng: dropout on the attention probabilities.
       scale: logit scale, default ``1/sqrt(D)``.
       score_mod: optional positional bias (``seqjax.attention.score_mod``); honoured by
-        ``masked`` and ``blocksparse`` (``pallas`` runs those parts on the plain-JAX engine;
-        ``auto`` then means ``blocksparse``; ``splash`` raises).
+        ``masked``, ``blocksparse`` and ``pallas`` (the parts whose bias keeps its kernel
+        form run in the kernels: strided's band and columns, fixed's blocks; fixed's
+        gathered summaries and split heads on the plain-JAX engine, logged); ``splash``
+        raises.
       **options: ``stride``, ``c``, ``block_size``, ``head_mode``, ``distinct_summaries``,
         ``implementation`` (module docstring).
 
@@ -295,13 +316,13 @@ def sparse_attention(
             f"{name} implementation='splash' cannot add a positional score bias "
             "(model.positional 'alibi'/'t5_bias'); use 'blocksparse' or 'masked'"
         )
-    if score_mod is not None and opts["implementation"] == "auto":
-        opts["implementation"] = "blocksparse"
     if opts["implementation"] == "auto":
-        # Splash on TPU, the Pallas kernels on GPU; the plain-JAX engine elsewhere and for
-        # dropout.
-        kernel = {"gpu": "pallas", "tpu": "splash"}.get(jax.default_backend())
-        opts["implementation"] = kernel if kernel and dropout_rate == 0.0 else "blocksparse"
+        # The Pallas kernels on GPU (parts they cannot run fall back, logged); splash on
+        # TPU without dropout or a bias; the plain-JAX engine elsewhere.
+        backend = jax.default_backend()
+        splash_ok = dropout_rate == 0.0 and score_mod is None
+        kernel = {"gpu": "pallas", "tpu": "splash" if splash_ok else None}.get(backend)
+        opts["implementation"] = kernel or "blocksparse"
     if opts["implementation"] == "splash":
         layout = patterns.head_layout(
             kind, h, opts["stride"], opts["c"], head_mode=opts["head_mode"],

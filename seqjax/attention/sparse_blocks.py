@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax.attention import blockwise, numerics, pallas_blocks
+from seqjax.attention import blockwise, numerics, pallas_blocks, pallas_plan
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,8 @@ class Context:
       scale: logit scale.
       dropout_rate, dropout_rng: attention-probability dropout (one fold-in per part).
       engine: ``"jax"`` (the plain-JAX engine ``blockwise``) or ``"pallas"`` (the kernels of
-        ``pallas_blocks``; a part they cannot run falls back to ``"jax"``, logged).
+        ``pallas_blocks``, with tiles from ``pallas_plan``; a part they cannot run, e.g.
+        one whose remapped score bias has no kernel form, falls back to ``"jax"``, logged).
       score_mod: optional positional bias (``seqjax.attention.score_mod.ScoreMod``, a
         function of ``q - k`` such as ALiBi or T5's), applied by every part in its own
         coordinates (``ScoreMod.remap``); parts with one run on the plain-JAX engine.
@@ -111,12 +112,11 @@ def _attend(
     if score_mod is not None:
         kwargs["score_mod"] = score_mod
     engine = blockwise.blockwise_attention
-    if ctx.engine == "pallas" and score_mod is not None:
-        _log_fallback(part, "the Pallas kernels take no score bias")
-    elif ctx.engine == "pallas":
+    if ctx.engine == "pallas":
         why = pallas_blocks.supported(
-            q, k, v, block_q=block_q, block_k=block_k, table=table, dropout_rate=ctx.dropout_rate
-        )
+            q, k, v, block_q=block_q, block_k=block_k, table=table,
+            dropout_rate=ctx.dropout_rate, score_mod=score_mod,
+        )  # fmt: skip
         if why is None:
             engine = pallas_blocks.block_sparse_attention
         else:
@@ -208,7 +208,7 @@ def columns(q, k, v, ctx: Context, *, stride: int, causal: bool, exclude_band: b
     table, count = np.zeros((1, 1), np.int32), np.ones((1,), np.int32)
     mod = None
     if ctx.score_mod is not None:  # q - k = (r_q - r_k) l in the column layout
-        mod = ctx.score_mod.remap(q_map=lambda r: r * l, k_map=lambda r: r * l)
+        mod = ctx.score_mod.remap(scale=l)  # keeps ALiBi's / T5's kernel form
     out, lse = _attend(
         _to_columns(q, l),
         _to_columns(k, l),
@@ -251,7 +251,8 @@ def summaries(
     positions = summary_positions(n, l, c, sub_block)
     first = l - (sub_block + 1) * c
     s = n * c
-    block_k = min(block, s)
+    # The kernels take power-of-two tiles: the gathered keys are padded (and masked) up to one.
+    block_k = min(block, pallas_plan.pow2_at_least_16(s) if ctx.engine == "pallas" else s)
     nq = -(-t // block)
     last_q = np.minimum((np.arange(nq) + 1) * block, t) - 1
     if not causal:

@@ -20,9 +20,10 @@ import jax.numpy as jnp
 from seqjax import attention as attention_lib
 from seqjax.attention import score_mod
 from seqjax.models import adaptive as adaptive_lib
+from seqjax.models import dtype as model_dtype
 from seqjax.models import layers
 
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+DTYPES = model_dtype.DTYPES  # "auto" | "float32" | "bfloat16" | "float16" (models/dtype.py)
 POSITIONALS = ("sinusoidal", "learned", "none")
 POSITIONALS += ("axial",)  # row + column (+ channel) of image data (layers.AxialPositions)
 POSITIONALS = POSITIONALS + score_mod.SCHEMES  # rope, alibi, t5_bias (in the attention)

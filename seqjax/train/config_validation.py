@@ -13,7 +13,6 @@ import math
 import numbers
 
 import jax
-import jax.numpy as jnp
 
 from seqjax import attention as attention_lib
 from seqjax import tasks
@@ -336,7 +335,7 @@ def _values_stage(ctx, bad, errors: list) -> None:
         if mech.module_params or mech.model_params or mech.shared_qk:
             continue  # those check their option values with their own validate hook
         opts = dict(options.get(name, {}) or {})
-        q = jax.ShapeDtypeStruct((1, length, heads, head_dim), jnp.float32)
+        q = jax.ShapeDtypeStruct((1, length, heads, head_dim), DTYPES[m.dtype])
         try:
             jax.eval_shape(functools.partial(mech.fn, causal=causal, **opts), q, q, q)
         except (ValueError, TypeError, NotImplementedError) as e:

@@ -51,7 +51,9 @@ def model() -> ml_collections.ConfigDict:
         {"enabled": False, "cutoffs": (), "div_val": 1, "tie_projs": True}
     )
     c.tie_embeddings = True  # LM logits use the token embedding matrix
-    c.dtype = "float32"  # compute dtype: "float32" | "bfloat16" (parameters stay float32)
+    # compute dtype: "auto" (bfloat16 on GPU/TPU, float32 on CPU; seqjax.models.dtype) |
+    # "float32" | "bfloat16" | "float16"; parameters and optimizer state stay float32
+    c.dtype = "auto"
     c.ff_chunk_size = 0  # feed-forward over chunks of this many positions (0 = whole)
     c.remat = False  # rematerialize each block in the backward pass (less memory)
     c.reversible = False  # reversible residual layers (Reformer)
@@ -138,6 +140,9 @@ def train() -> ml_collections.ConfigDict:
     # Trace steps [start, stop) with jax.profiler into <workdir>/profile (TensorBoard's
     # profile plugin / Perfetto), e.g. "10,20"; "" = off.
     c.profile_steps = ""
+    # JAX's persistent compilation cache (seqjax.compile_cache): "auto" = jax_cache beside
+    # the TFDS data (or $SEQJAX_COMPILATION_CACHE), a directory, or "off".
+    c.compilation_cache = "auto"
     return c
 
 

@@ -103,7 +103,8 @@ def export(fn: Callable, platform: str, *args) -> jax_export.Exported:
 
 def custom_calls(exported: jax_export.Exported) -> list[dict]:
     """Every custom call of the lowered module: ``{'target', 'name', 'grid'}`` where known
-    (``name``: the Pallas kernel's name; ``grid``: Triton's launch grid ``(x, y, z)``)."""
+    (``name``: the Pallas kernel's name; ``grid``: Triton's launch grid ``(x, y, z)``; for
+    Triton also ``num_warps`` and ``num_stages``)."""
     calls = []
     for line in exported.mlir_module().splitlines():
         m = re.search(r"stablehlo\.custom_call @([\w$.]+)\(", line)
@@ -116,6 +117,9 @@ def custom_calls(exported: jax_export.Exported) -> list[dict]:
             call["name"] = name.group(1) if name else None
             if all(grid):
                 call["grid"] = tuple(int(g.group(1)) for g in grid)
+            for setting in ("num_warps", "num_stages"):
+                found = re.search(rf"{setting} = (\d+)", line)
+                call[setting] = int(found.group(1)) if found else None
         elif call["target"] == MOSAIC:
             name = re.search(r'kernel_name = "([^"]*)"', line)
             call["name"] = name.group(1) if name else None

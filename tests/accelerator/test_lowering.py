@@ -22,8 +22,9 @@ import numpy as np
 import pytest
 
 from seqjax import attention
-from seqjax.attention import flex, pallas_blocks, score_mod, splash
+from seqjax.attention import blockwise, flex, pallas_blocks, pallas_plan, score_mod, splash
 from tests.accelerator import lowering_lib as lib
+from tests.conftest import require_devices
 
 B, T, H, D = 2, 256, 2, 64
 
@@ -189,6 +190,56 @@ def test_auto_dispatch_on_gpu_is_the_triton_kernels(name):
     }
 
 
+# ---------------------------------------------------------------- GPU: tiles from the budget
+
+LONG = 65_536
+H200_BUDGET = 227 * 1024
+
+
+@pytest.mark.parametrize("budget", [None, H200_BUDGET], ids=["default", "h200"])
+@pytest.mark.parametrize("name", ["dense", "sparse_strided"])
+def test_long_pallas_calls_lower_with_tiles_that_fit(name, budget, monkeypatch):
+    """``implementation="pallas"`` at T = 65,536 (bf16, D 64): on the H200 the dense call
+    asked for 327,680 bytes of shared memory (chunked's 512-row tiles) and sparse_strided's
+    column part for one 512-row block (issue 36). Now every Triton kernel's tiles come from
+    the planner: the grids say which, and their estimate fits the budget."""
+    if budget is not None:
+        monkeypatch.setenv(pallas_plan.ENV_BUDGET, str(budget))
+    budget = pallas_plan.device_budget()
+    opts = dict(stride=128) if name == "sparse_strided" else {}
+
+    def fn(q, k, v):
+        return attention.get(name)(q, k, v, causal=True, implementation="pallas", **opts)
+
+    x = jax.ShapeDtypeStruct((1, LONG, 1, D), jnp.bfloat16)
+    calls = lib.custom_calls(lib.export(_value_and_grad(fn), "cuda", x, x, x))
+    assert calls and {c["target"] for c in calls} == {lib.TRITON}
+    want = pallas_plan.plan(LONG, LONG, D, dtype=jnp.bfloat16, budget=budget)
+    for c in calls:
+        # The column part runs [B l, n] = [128, 512] (grid (n / tile, B l, H)); the rest [1, T].
+        tile = (LONG if c["grid"][1] == 1 else LONG // 128) // c["grid"][0]
+        est = pallas_plan.smem_estimate(tile, tile, D, D, 2, c["num_stages"])
+        assert max(est.values()) <= budget, (c, est)
+        assert c["num_warps"] in (4, 8)
+    if name == "dense":
+        assert {LONG // c["grid"][0] for c in calls} == {want.block_q}
+
+
+def test_tiles_above_the_budget_raise_before_compiling():
+    """Explicit 512-row tiles (what dense once handed the kernels) are refused with one
+    sentence naming the tiles, the bytes and the budget, not Triton's RESOURCE_EXHAUSTED."""
+    t, bs = 1024, 512
+    table, count = blockwise.dense_table(2, 2, bs, bs, causal=False, offset=0)
+
+    def fn(q, k, v):
+        return pallas_blocks.block_sparse_attention(
+            q, k, v, table=table, count=count, block_q=bs, block_k=bs
+        )
+
+    with pytest.raises(ValueError, match=r"tiles 512x512 .* shared memory, above this device"):
+        lib.export(fn, "cuda", *_abstract(jnp.bfloat16, t=t))
+
+
 # ---------------------------------------------------------------- GPU: cuDNN
 
 
@@ -298,6 +349,7 @@ def test_sharded_train_step_lowers(family, platform):
     shard_map, because XLA cannot partition a Mosaic kernel (before, this lowering failed
     with "Mosaic kernels cannot be automatically partitioned", i.e. every multi-device TPU
     run with the default ``auto``)."""
+    require_devices(8)
     config = lib.family_config(family)
     config.mesh.update(data=2, fsdp=2, tensor=2)
     config.data.batch_size = 4
@@ -332,3 +384,12 @@ def test_flex_bigbird_per_head_lowers_to_one_triton_kernel_set_per_head():
     assert {t for t, _ in names} == {lib.TRITON}
     for kernel in ("seqjax_block_sparse_fwd", "seqjax_block_sparse_dkdv", "seqjax_block_sparse_dq"):
         assert names[(lib.TRITON, kernel)] == H * one[(lib.TRITON, kernel)] > 0, kernel
+
+
+def test_auto_dtype_train_step_is_bf16_cudnn_on_cuda():
+    """``model.dtype="auto"`` (the default) resolves to bfloat16 while tracing for a GPU, so
+    the LM's dense attention is cuDNN (it takes 16-bit inputs) with no override."""
+    config = lib.family_config("lm_dense")
+    config.model.dtype = "auto"
+    exported = lib.export_train_step(config, "cuda")
+    assert set(lib.targets(exported)) == EXPECTED["lm_dense", "cuda"]

@@ -14,6 +14,7 @@ import pytest
 
 from seqjax import attention
 from seqjax.attention import blockwise, dense, pallas_blocks
+from tests.conftest import require_devices
 
 ON_GPU = jax.default_backend() == "gpu"
 # Tolerances: interpret mode is exact float32 arithmetic; bf16 inputs round the products.
@@ -133,15 +134,37 @@ def test_sparse_pallas_equals_masked(kind, options, causal):
         _close(a, r, TOL[jnp.float32])
 
 
+@pytest.mark.parametrize("d", [8, 12, 80])
+def test_head_dims_that_are_not_powers_of_two_are_padded_inside(d):
+    """Head dims 8, 12, 80 (zero-padded to 16, 16, 128 inside the kernel path, as
+    FlashAttention does) equal the reference in values and gradients; the scale stays
+    1 / sqrt(D) of the true D."""
+    q, k, v, ct = _inputs(1, 40, 40, 2, d, jnp.float32, seed=d)
+    ref = _value_and_grads(
+        lambda q, k, v: dense.reference_attention(q, k, v, causal=True), q, k, v, ct
+    )
+    got = _value_and_grads(
+        lambda q, k, v: dense.dense_attention(q, k, v, causal=True, implementation="pallas"),
+        q, k, v, ct,
+    )  # fmt: skip
+    for a, r in zip(jax.tree.leaves(got), jax.tree.leaves(ref)):
+        assert a.shape == r.shape
+        _close(a, r, TOL[jnp.float32])
+
+
 def test_unsupported_inputs_name_the_reason():
-    q, k, v, _ = _inputs(1, 32, 32, 1, 12, jnp.float32)
+    q, k, v, _ = _inputs(1, 32, 32, 1, 272, jnp.float32)
     table, count = blockwise.dense_table(2, 2, 16, 16, causal=False, offset=0)
-    with pytest.raises(ValueError, match="head dim 12 is not a power of two"):
+    with pytest.raises(ValueError, match=r"head dim 272 is above the kernels' limit"):
         pallas_blocks.block_sparse_attention(
             q, k, v, table=table, count=count, block_q=16, block_k=16
         )
     q, k, v, _ = _inputs(1, 32, 32, 1, 16, jnp.float32)
-    with pytest.raises(ValueError, match="dropout"):
+    with pytest.raises(ValueError, match="block_q 24 is not a power of two"):
+        pallas_blocks.block_sparse_attention(
+            q, k, v, table=table, count=count, block_q=24, block_k=16
+        )
+    with pytest.raises(ValueError, match="dropout_rate > 0 needs a dropout_rng"):
         pallas_blocks.block_sparse_attention(
             q, k, v, table=table, count=count, block_q=16, block_k=16, dropout_rate=0.1
         )
@@ -172,10 +195,12 @@ def test_higher_order_derivatives_name_the_way_out():
         jax.grad(lambda q: jax.grad(f)(q).sum())(q)
 
 
-def test_sharded_equals_unsharded_on_eight_devices():
+@pytest.mark.parametrize("rate", [0.0, 0.3], ids=["no_dropout", "dropout"])
+def test_sharded_equals_unsharded_on_eight_devices(rate):
     """On a (data 2, fsdp 2, tensor 2) mesh under seqjax's logical-axis rules the kernels run
     under shard_map over the batch (XLA cannot partition an opaque kernel: it would run the
-    whole batch on every device). Values and gradients equal the one-device call."""
+    whole batch on every device). Values and gradients equal the one-device call; with
+    dropout too (each shard hashes its global batch rows, so the mask is the same)."""
     from seqjax.train import sharding
 
     b, t, h, d, bs = 4, 64, 2, 16, 16
@@ -189,10 +214,12 @@ def test_sharded_equals_unsharded_on_eight_devices():
 
     def run(q, k, v):
         fn = lambda q, k, v: pallas_blocks.block_sparse_attention(  # noqa: E731
-            q, k, v, table=table, count=count, block_q=bs, block_k=bs, causal=True, mask=mask
-        )
+            q, k, v, table=table, count=count, block_q=bs, block_k=bs, causal=True, mask=mask,
+            dropout_rate=rate, dropout_rng=jax.random.PRNGKey(2) if rate else None,
+        )  # fmt: skip
         return _value_and_grads(fn, q, k, v, ct)
 
+    require_devices(8)
     want = jax.jit(run)(q, k, v)
     mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
     with sharding.rules_and_mesh(mesh):

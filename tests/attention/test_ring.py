@@ -18,9 +18,11 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from seqjax.attention import dense, ring, ulysses
+from tests.conftest import require_devices
 
 
 def _mesh(n: int, data: int = 1):
+    require_devices(n * data)
     devices = jax.devices()[: n * data]
     return jax.make_mesh(
         (data, n), ("data", "sequence"), axis_types=(AxisType.Auto,) * 2, devices=devices

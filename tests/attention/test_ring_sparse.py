@@ -21,12 +21,14 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from seqjax.attention import registry, ring, ring_sparse
+from tests.conftest import require_devices
 from tests.train.conftest import corpus, tiny_config  # noqa: F401 (fixture)
 
 WINDOW = dict(pattern="sliding_window", window=3, block_size=4)
 
 
 def _mesh(n: int):
+    require_devices(n)
     return jax.make_mesh(
         (1, n), ("data", "sequence"), axis_types=(AxisType.Auto,) * 2, devices=jax.devices()[:n]
     )

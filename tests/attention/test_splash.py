@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from seqjax import attention
+from tests.conftest import require_devices
 
 
 def _inputs(b, t, h, d, seed=0):
@@ -135,6 +136,7 @@ def test_sharded_equals_unsharded_on_eight_devices(name, options):
         )
 
     want = jax.jit(run)(q, k, v)
+    require_devices(8)
     mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
     with sharding.rules_and_mesh(mesh):
         lowered = jax.jit(run).lower(q, k, v).as_text()

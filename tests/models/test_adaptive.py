@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from seqjax.models import adaptive
+from tests.conftest import require_devices
 
 V, E = 40, 16
 
@@ -158,6 +159,7 @@ def test_sharded_by_the_rules_equals_unsharded():
     m = adaptive.AdaptiveSoftmax(vocab_size=48, d_model=16, cutoffs=(16, 32), div_val=2)
     h = jax.random.normal(jax.random.PRNGKey(0), (4, 3, 16))
     boxed = m.init(jax.random.PRNGKey(1), h)
+    require_devices(8)
     shape = {"data": 2, "fsdp": 2, "tensor": 2}  # every other mesh axis of size 1
     sizes = tuple(shape.get(a, 1) for a in sharding.MESH_AXES)
     mesh = jax.make_mesh(sizes, sharding.MESH_AXES, axis_types=(AxisType.Auto,) * len(sizes))

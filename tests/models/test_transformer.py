@@ -16,6 +16,7 @@ from seqjax.models import (
     attention_cycle,
 )
 from seqjax.train import sharding
+from tests.conftest import require_devices
 
 
 def _tokens(b, t, vocab, seed=0):
@@ -119,6 +120,7 @@ def test_parameters_carry_logical_axis_names():
 
 def test_forward_and_gradient_step_on_8_fake_devices():
     """The production mesh and rules (``seqjax.train.sharding``): data x fsdp x tensor."""
+    require_devices(8)
     assert len(jax.devices()) == 8, "tests/conftest.py sets 8 fake CPU devices"
     mesh = sharding.make_mesh(ml_collections.ConfigDict({"data": 2, "fsdp": 2, "tensor": 2}))
     cfg = _lm_cfg(d_model=32, num_heads=4)
