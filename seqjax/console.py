@@ -119,6 +119,28 @@ def config_arg(argv: list[str]) -> str | None:
     return None
 
 
+# The command line as typed (``set_command_line``): ``seqjax.main`` takes the mechanisms'
+# option flags out of ``sys.argv`` before absl parses it, and the header counts them too.
+_COMMAND_LINE: list[str] | None = None
+
+
+def set_command_line(argv: list[str]) -> None:
+    global _COMMAND_LINE
+    _COMMAND_LINE = list(argv)
+
+
+def _output_layer(m, info) -> str:
+    """The model's output layer: a classifier head, an adaptive softmax with its cutoffs, or
+    a (tied) softmax over the vocabulary."""
+    classes = getattr(info, "num_classes", None)
+    if classes:
+        return f"{m.pooling}-pooled classifier ({classes} classes)"
+    a = m.get("adaptive")
+    if a is not None and a.get("enabled", False):
+        return f"adaptive softmax (cutoffs {list(a.cutoffs)}, div_val {a.div_val})"
+    return "tied softmax" if m.get("tie_embeddings", True) else "softmax"
+
+
 def run_header(config, run, workdir, *, start_step: int, num_params: int, argv=None) -> str:
     """The lines printed once when a run starts (stderr): config and variant, overrides,
     task, mechanism per layer, parameters, data and split sizes, steps, mesh, workdir.
@@ -130,10 +152,11 @@ def run_header(config, run, workdir, *, start_step: int, num_params: int, argv=N
     from seqjax.models import dtype as model_dtype
     from seqjax.models import from_config
 
-    argv = sys.argv if argv is None else argv
+    argv = (_COMMAND_LINE or sys.argv) if argv is None else argv
     config_file = config_arg(argv) or "(in-process config)"
     overrides = [a.split("=", 1)[0][2:] for a in argv[1:] if a.startswith("--config.")]
-    m, d, t = config.model, config.data, config.train
+    n = len(overrides)
+    m, t = config.model, config.train
     options = from_config.attention_options(config)
     layers = _per_layer(m.attention, int(m.num_layers), options)
     dec_layers = getattr(getattr(run.model, "cfg", None), "decoder_layers", None)
@@ -141,10 +164,6 @@ def run_header(config, run, workdir, *, start_step: int, num_params: int, argv=N
         layers += f"; decoder {_per_layer(m.decoder_attention, int(dec_layers), options)}"
     prov = run.provenance
     outside = {n: mod for n, mod in prov["attention"].items() if not mod.startswith("seqjax.")}
-    sizes = ", ".join(
-        f"{split} {int(n):,}" if isinstance(n, numbers.Real) else f"{split} ?"
-        for split, n in (getattr(run.info, "split_sizes", {}) or {}).items()
-    )
     start = "from scratch" if not start_step else f"resumed at step {start_step}"
     if not start_step and config.get("init_from"):
         start = f"encoder from init_from={config.init_from}"
@@ -152,20 +171,16 @@ def run_header(config, run, workdir, *, start_step: int, num_params: int, argv=N
     saves = f"checkpoint every {t.checkpoint_every}" if t.checkpoint_every else "saved at the end"
     mesh = " x ".join(f"{k}={v}" for k, v in dict(run.mesh.shape).items())
     rows = [
-        ("config", config_file + (f" + {len(overrides)} overrides" if overrides else "")),
+        ("config", config_file + (f" + {n} override{'s' if n != 1 else ''}" if n else "")),
         ("task", f"{run.task.name} ({type(run.task).__module__})"),
         ("attention", layers),
         (
             "model",
             f"{m.get('kind', 'transformer')}, d_model {m.d_model}, {m.num_heads} heads, "
-            f"max_len {m.max_len}, {num_params:,} parameters, compute "
-            f"{model_dtype.describe(m.dtype)}",
+            f"max_len {m.max_len}, positions {m.positional}, {_output_layer(m, run.info)}, "
+            f"{num_params:,} parameters, compute {model_dtype.describe(m.dtype)}",
         ),
-        (
-            "data",
-            f"{d.name}, seq_len {d.seq_len}, batch {d.batch_size}; splits ({run.task.unit}):"
-            f" {sizes or 'unknown'}",
-        ),
+        ("data", run.task.describe_data(config, run.info)),
         ("steps", f"{t.num_steps:,} ({start}); {evals}, {saves}"),
         ("mesh", f"{mesh} ({run.mesh.devices.size} devices)"),
         ("workdir", str(workdir)),

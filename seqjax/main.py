@@ -237,6 +237,7 @@ def run():
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
+    console.set_command_line(sys.argv)  # the run header counts every override typed
     sys.argv, _OPTION_OVERRIDES[:] = extensions.split_option_overrides(sys.argv)
     flags.mark_flags_as_required(["config", "workdir"])
     console.show_flags_in_help(__name__)

@@ -233,3 +233,22 @@ class Task:
     def describe_sample(self, prompt: str, text: str) -> str:
         """How a prompt and its generated text are shown (default: the continued text)."""
         return prompt + text
+
+    def describe_data(self, config, info) -> str:
+        """The run header's data line: the data set, what one example is and the split
+        sizes in the data's own units (default: token windows of ``data.seq_len``)."""
+        d = config.data
+        return (f"{d.name}, windows of {self.input_length(config)} tokens, batch {d.batch_size}; "
+                f"splits (tokens): {split_sizes(info)}")  # fmt: skip
+
+
+def split_sizes(info) -> str:
+    """``train 1,234, validation 56, test 78`` from ``DataInfo.split_sizes`` ('?' unknown,
+    'endless' for a generated training split)."""
+    out = []
+    for split, n in (getattr(info, "split_sizes", None) or {}).items():
+        if isinstance(n, (int, float)) and not isinstance(n, bool):
+            out.append(f"{split} {int(n):,}")
+        else:
+            out.append(f"{split} {'endless' if n is None and split == 'train' else '?'}")
+    return ", ".join(out) or "unknown"

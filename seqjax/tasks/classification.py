@@ -26,6 +26,17 @@ class Classification(base.Task):
         "weights": ("float32", 1),
     }
     unit = "ex"
+
+    def describe_data(self, config, info) -> str:
+        """Examples (texts, or images of ``DataInfo.image_shape``) of ``max_len`` inputs."""
+        d, shape = config.data, getattr(info, "image_shape", None)
+        what = "images" if shape else "examples"
+        one = (f"{'x'.join(map(str, shape))} pixels" if shape
+               else f"{self.input_length(config)} tokens")  # fmt: skip
+        classes = getattr(info, "num_classes", None)
+        return (f"{d.name}, {what} of {one}, {classes} classes, batch {d.batch_size}; "
+                f"splits ({what}): {base.split_sizes(info)}")  # fmt: skip
+
     causal = False
     length_field = "data.max_len"
 

@@ -183,6 +183,13 @@ class ImageGeneration(base.Task):
         )
         return {"samples": image_grid.grid(pixels)}
 
+    def describe_data(self, config, info) -> str:
+        """Images of ``DataInfo.image_shape`` as raster-order sub-pixel sequences."""
+        d, shape = config.data, info.image_shape
+        return (f"{d.name}, images of {'x'.join(map(str, shape))} = {self.input_length(config)} "
+                f"sub-pixels, batch {d.batch_size}; splits (images): "
+                f"{base.split_sizes(info)}")  # fmt: skip
+
     def describe_sample(self, prompt: str, text: str) -> str:
         return text.strip()
 

@@ -53,6 +53,14 @@ class LanguageModel(base.Task):
             return data_api.max_len(config.data)
         return int(config.data.seq_len)
 
+    def describe_data(self, config, info) -> str:
+        """Token windows of a corpus, or (``objective='lm'``) one example text per row."""
+        if config.data.get("objective") != "lm":
+            return super().describe_data(config, info)
+        d = config.data
+        return (f"{d.name}, LM of example texts of {self.input_length(config)} tokens, batch "
+                f"{d.batch_size}; splits (examples): {base.split_sizes(info)}")  # fmt: skip
+
     def configure(self, config):
         """With ``config.data.packing`` (example texts): the packed rows' task; with
         ``config.train.xent_chunk`` set: a task that uses that chunk size."""

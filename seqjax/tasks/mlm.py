@@ -39,6 +39,14 @@ class MaskedLanguageModel(base.Task):
             return data_api.max_len(config.data)
         return int(config.data.seq_len)
 
+    def describe_data(self, config, info) -> str:
+        """Masked rows of a corpus (token splits) or of example texts (example splits)."""
+        d = config.data
+        what = "tokens" if data_registry.get(d.name).kind == "corpus" else "examples"
+        return (f"{d.name}, masked LM (p {d.mlm_probability}) on rows of "
+                f"{self.input_length(config)} tokens, batch {d.batch_size}; splits ({what}): "
+                f"{base.split_sizes(info)}")  # fmt: skip
+
     def configure(self, config):
         """With ``config.data.packing``: the packed batches' task (``segment_ids``,
         ``positions``)."""

@@ -25,6 +25,13 @@ class PairClassification(base.Task):
         "weights": ("float32", 1),
     }
     unit = "ex"
+
+    def describe_data(self, config, info) -> str:
+        """Document pairs, each document ``max_len`` bytes."""
+        d = config.data
+        return (f"{d.name}, pairs of {info.seq_len}-token documents, batch {d.batch_size}; "
+                f"splits (pairs): {base.split_sizes(info)}")  # fmt: skip
+
     causal = False
     length_field = "data.max_len"
     interaction: str = "nli"

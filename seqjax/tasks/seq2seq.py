@@ -35,6 +35,16 @@ class Seq2Seq(base.Task):
     name = "seq2seq"
     sum_keys = SUM_KEYS
     unit = "tok"  # target token slots per second
+
+    def describe_data(self, config, info) -> str:
+        """Sentence pairs: source and target lengths, languages where the data name them."""
+        d = config.data
+        langs = ""
+        if getattr(info, "source_lang", None) and getattr(info, "target_lang", None):
+            langs = f" {info.source_lang}->{info.target_lang}"
+        return (f"{d.name}{langs}, source {info.seq_len} / target {info.target_len} tokens, "
+                f"batch {d.batch_size}; splits (pairs): {base.split_sizes(info)}")  # fmt: skip
+
     causal = False  # ``model.attention`` is the (bidirectional) encoder's
     length_field = "data.max_source_len"
     generates = True
