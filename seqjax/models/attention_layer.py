@@ -89,7 +89,7 @@ class HeadsProjection(nn.Module):
             (self.num_heads, self.head_dim),
             self.param_dtype,
         )
-        return y_BTHD + bias_HD.astype(self.dtype)
+        return y_BTHD + bias_HD.astype(self.dtype)[None, None]
 
 
 class HeadsOutput(nn.Module):
@@ -127,7 +127,7 @@ class HeadsOutput(nn.Module):
             (self.features,),
             self.param_dtype,
         )
-        return y_BTE + bias_E.astype(self.dtype)
+        return y_BTE + bias_E.astype(self.dtype)[None, None]
 
 
 class MultiHeadAttention(nn.Module):

@@ -360,9 +360,7 @@ def feed_forward_sublayer(
     return nn.Dropout(cfg.dropout_rate)(h_BTE, deterministic=deterministic)
 
 
-def residual(
-    x_BTE, h_BTE, *, norm_position: str = "pre", norm_name: str | None = None, cfg=None
-):
+def residual(x_BTE, h_BTE, *, norm_position: str = "pre", norm_name: str | None = None, cfg=None):
     """Adds a branch to the residual stream: ``x + h`` (pre-LN; the branch normalized its
     input) or ``LayerNorm(x + h)`` (post-LN, Vaswani et al. 2017, §3.1: "LayerNorm(x +
     Sublayer(x))"; the norm is created here under ``norm_name``, the name the pre-LN
