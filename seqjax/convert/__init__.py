@@ -185,8 +185,8 @@ def save(path, arch: str, cfg, params) -> Path:
         logging.warning("convert.save: attention %s is exported as Hugging Face's dense "
                         "attention", mech)  # fmt: skip
     skip = {"attention", "encoder_attention", "decoder_attention", "dropout_rate",
-            "attention_dropout_rate", "dtype", "remat", "ff_chunk_size",
-            "cross_attention_implementation", "max_len", "max_source_len", "max_target_len"}  # fmt: skip
+            "attention_dropout_rate", "dtype", "remat", "ff_chunk_size", "max_len",
+            "cross_attention_implementation", "max_source_len", "max_target_len"}  # fmt: skip
     for f in dataclasses.fields(cfg):
         if f.name in skip:
             continue

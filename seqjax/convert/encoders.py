@@ -154,11 +154,11 @@ def bert_rules(
     ]
     # The output bias: ``decoder.bias`` (what the forward pass adds) where saved, else the
     # head's ``bias`` (tied to it when the embeddings are); the export writes both.
-    if tensors is None:
-        both = (head + "bias", head + "decoder.bias")
+    both = (head + "bias", head + "decoder.bias")
+    if tensors is None or all(n in tensors for n in both):
         rules.append(m.Rule((("mlm_head", "bias"),), both, lambda a, b: (b,), lambda x: (x, x)))
     else:
-        name = head + "decoder.bias" if head + "decoder.bias" in tensors else head + "bias"
+        name = both[1] if both[1] in tensors else both[0]
         rules.append(m.copy(("mlm_head", "bias"), name))
     if not cfg.tie_embeddings:
         rules.append(m.linear(("mlm_head", "decoder", "kernel"), head + "decoder.weight"))
