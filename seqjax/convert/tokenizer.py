@@ -1,8 +1,7 @@
 """A Hugging Face folder's tokenizer as the data vocabulary, so the ids the model was
-trained on reach it: ``tokenizer.json`` through the ``tokenizers`` package (``pip install tokenizers``; in the
-``test`` extra), else a
-SentencePiece model (``spiece.model``, T5; ``sentencepiece.bpe.model``) through
-``sentencepiece``.
+trained on reach it: ``tokenizer.json`` through the ``tokenizers`` package (``pip install
+tokenizers``; in the ``test`` extra), else a SentencePiece model (``spiece.model``, T5;
+``sentencepiece.bpe.model``) through ``sentencepiece``.
 """
 
 from __future__ import annotations
