@@ -40,8 +40,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     )
     # Continued MLM at factor * short_len: the same tokens per batch as pre-training.
     c.extend = ml_collections.ConfigDict(
-        dict(steps=10 if smoke else 300, batch_size=4, learning_rate=3e-4, warmup=30,
-             eval_every=5 if smoke else 50)  # fmt: skip
+        dict(
+            steps=10 if smoke else 300,
+            batch_size=4,
+            learning_rate=3e-4,
+            warmup=30,
+            eval_every=5 if smoke else 50,
+        )  # fmt: skip
     )
     c.eval_windows = 4 if smoke else 64  # held-out windows of factor * short_len tokens
     w = c.short_len // 2  # each token sees short_len + 1 neighbours, as in pre-training
@@ -50,13 +55,22 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             "dense": {"attention": "dense", "options": {}},
             "longformer": {  # §3: sliding window + global tokens (the first: <s>/CLS)
                 "attention": "flex",
-                "options": {"pattern": "global_tokens", "window": w, "num_global": 1,
-                            "block_size": 16},  # fmt: skip
+                "options": {
+                    "pattern": "global_tokens",
+                    "window": w,
+                    "num_global": 1,
+                    "block_size": 16,
+                },  # fmt: skip
             },
             "bigbird": {  # Zaheer et al. 2020: window, global and random blocks
                 "attention": "flex",
-                "options": {"pattern": "bigbird", "window": 1, "num_global": 1,
-                            "num_random": 1, "block_size": 16},  # fmt: skip
+                "options": {
+                    "pattern": "bigbird",
+                    "window": 1,
+                    "num_global": 1,
+                    "num_random": 1,
+                    "block_size": 16,
+                },  # fmt: skip
             },
         }
     )

@@ -20,7 +20,6 @@ Legend: B batch, T length, V vocabulary.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import hashlib
 import json
 import math
@@ -153,8 +152,17 @@ def run(c, out: Path) -> dict:
     eval_N = text_N[int(0.9 * len(text_N)) :]
     starts = np.linspace(0, len(eval_N) - long_n - 1, c.eval_windows).astype(int)
     long_batches = [
-        masked_batch(eval_N, starts[i : i + 8], long_n, np.arange(i, i + len(starts[i : i + 8])),
-                     seed=c.seed, stream=1, mask_id=mask_id, low=low, high=high)  # fmt: skip
+        masked_batch(
+            eval_N,
+            starts[i : i + 8],
+            long_n,
+            np.arange(i, i + len(starts[i : i + 8])),
+            seed=c.seed,
+            stream=1,
+            mask_id=mask_id,
+            low=low,
+            high=high,
+        )  # fmt: skip
         for i in range(0, len(starts), 8)
     ]
     # The same masked tokens cut into f windows of n: the short model in its own context.
@@ -193,7 +201,10 @@ def run(c, out: Path) -> dict:
             "positions": init, "step0_loss": step0, "curve": curve,
             "final_loss": curve[-1][1] if curve else step0, "seconds": time.time() - t0,
         }  # fmt: skip
-        print(f"{key}: step 0 {step0:.4f}, after {c.extend.steps}: {results['runs'][key]['final_loss']:.4f}")
+        print(
+            f"{key}: step 0 {step0:.4f}, after {c.extend.steps}: "
+            f"{results['runs'][key]['final_loss']:.4f}"
+        )
     return results
 
 
@@ -202,8 +213,7 @@ def write(results: dict, c, out: Path, command: str) -> None:
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     ln2 = math.log(2)
     rows = [
-        "| model | attention | positions | loss at step 0 | after "
-        f"{c.extend.steps} steps |",
+        f"| model | attention | positions | loss at step 0 | after {c.extend.steps} steps |",
         "|---|---|---|---|---|",
         f"| short (n = {results['short_len']}), its own windows | dense | learned | "
         f"{results['short_model_loss']:.3f} ({results['short_model_loss'] / ln2:.3f} bits) | |",
