@@ -36,8 +36,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.short_len = 64  # the pretrained context n (RoBERTa: 512)
     c.factor = 4  # Longformer: 512 -> 4,096 is 8x; 4x here ("4x the original length")
     c.pretrain = ml_collections.ConfigDict(
-        dict(steps=20 if smoke else 1500, batch_size=16, learning_rate=1e-3, warmup=100)
+        dict(
+            steps=20 if smoke else 2000,
+            batch_size=16,
+            learning_rate=2e-3,
+            warmup=100,
+            log_every=0 if smoke else 250,
+        )  # fmt: skip
     )
+    c.position_init_scale = 0.2  # the pretrained table starts at 0.2 x sinusoids (run.py)
     # Continued MLM at factor * short_len: the same tokens per batch as pre-training.
     c.extend = ml_collections.ConfigDict(
         dict(
@@ -48,7 +55,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             eval_every=5 if smoke else 50,
         )  # fmt: skip
     )
-    c.eval_windows = 4 if smoke else 64  # held-out windows of factor * short_len tokens
+    c.eval_windows = 4 if smoke else 32  # held-out windows of factor * short_len tokens
     w = c.short_len // 2  # each token sees short_len + 1 neighbours, as in pre-training
     c.mechanisms = ml_collections.ConfigDict(
         {
