@@ -55,7 +55,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             eval_every=5 if smoke else 50,
         )  # fmt: skip
     )
-    c.eval_windows = 4 if smoke else 32  # held-out windows of factor * short_len tokens
+    c.eval_windows = 4 if smoke else 128  # held-out windows of factor * short_len tokens
     w = c.short_len // 2  # each token sees short_len + 1 neighbours, as in pre-training
     c.mechanisms = ml_collections.ConfigDict(
         {

@@ -35,7 +35,7 @@ import optax
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from seqjax import convert  # noqa: E402
+from seqjax import bench, convert  # noqa: E402
 from seqjax.configs import common  # noqa: E402
 from seqjax.convert.longformer import extend_context  # noqa: E402
 from seqjax.data import objectives  # noqa: E402
@@ -69,10 +69,24 @@ def mlm_loss(model, params, batch):
     return (ce_BT * w_BT).sum() / jnp.maximum(w_BT.sum(), 1.0)
 
 
+def token_losses(model, params, batches) -> np.ndarray:
+    """Cross-entropy (nats) of every masked evaluation token, in a fixed order."""
+    fn = jax.jit(
+        lambda p, b: optax.softmax_cross_entropy_with_integer_labels(
+            model.apply({"params": p}, b["inputs"]), b["targets"]
+        )
+    )
+    return np.concatenate([np.asarray(fn(params, b))[b["weights"] > 0] for b in batches])
+
+
 def evaluate(model, params, batches) -> float:
-    fn = jax.jit(lambda p, b: mlm_loss(model, p, b) * b["weights"].sum())
-    total = sum(float(fn(params, b)) for b in batches)
-    return total / sum(float(b["weights"].sum()) for b in batches)
+    return float(token_losses(model, params, batches).mean())
+
+
+def paired_se(a: np.ndarray, b: np.ndarray) -> float:
+    """Standard error of mean(a - b) over the same masked tokens."""
+    d = a - b
+    return float(d.std(ddof=1) / np.sqrt(len(d)))
 
 
 def train(model, params, cfg_train, sample, *, eval_fn=None, log=""):
@@ -182,8 +196,10 @@ def run(c, out: Path) -> dict:
     results = {
         "short_len": n, "long_len": long_n, "masked_eval_tokens":
         int(sum(b["weights"].sum() for b in long_batches)),
-        "short_model_loss": evaluate(imp.model, imp.params, short_batches), "runs": {},
+        "runs": {},
     }  # fmt: skip
+    short_ce = token_losses(imp.model, imp.params, short_batches)
+    results["short_model_loss"] = float(short_ce.mean())
     print(f"short model at n={n}: {results['short_model_loss']:.4f} nats / masked token")
     train_N = text_N[: int(0.9 * len(text_N))]
     b = c.extend.batch_size
@@ -204,14 +220,18 @@ def run(c, out: Path) -> dict:
         )  # fmt: skip
         model = convert.make_model(imp.arch, cfg)
         t0 = time.time()
-        step0 = evaluate(model, params, long_batches)
-        _, curve = train(model, params, c.extend, sample, log=f"{name}/{init}",
+        step0_ce = token_losses(model, params, long_batches)
+        step0 = float(step0_ce.mean())
+        params, curve = train(model, params, c.extend, sample, log=f"{name}/{init}",
                          eval_fn=lambda p, m=model: evaluate(m, p, long_batches))  # fmt: skip
         key = f"{name}/{init}"
         results["runs"][key] = {
             "attention": mech.attention, "options": mech.options.to_dict(),
             "positions": init, "step0_loss": step0, "curve": curve,
             "final_loss": curve[-1][1] if curve else step0, "seconds": time.time() - t0,
+            "step0_minus_short_se": paired_se(step0_ce, short_ce),
+            "final_minus_short_se": paired_se(token_losses(model, params, long_batches),
+                                              short_ce),
         }  # fmt: skip
         print(
             f"{key}: step 0 {step0:.4f}, after {c.extend.steps}: "
@@ -225,17 +245,22 @@ def write(results: dict, c, out: Path, command: str) -> None:
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     ln2 = math.log(2)
     rows = [
-        f"| model | attention | positions | loss at step 0 | after {c.extend.steps} steps |",
-        "|---|---|---|---|---|",
+        "| model | attention | positions | loss at step 0 | after "
+        f"{c.extend.steps} steps | step 0 − short (± s.e.) | after − short (± s.e.) |",
+        "|---|---|---|---|---|---|---|",
         f"| short (n = {results['short_len']}), its own windows | dense | learned | "
-        f"{results['short_model_loss']:.3f} ({results['short_model_loss'] / ln2:.3f} bits) | |",
+        f"{results['short_model_loss']:.3f} ({results['short_model_loss'] / ln2:.3f} bits) "
+        "| | | |",
     ]
+    short = results["short_model_loss"]
     for key, r in results["runs"].items():
         name = key.split("/")[0]
         rows.append(
             f"| extended (4n = {results['long_len']}) | {name} | {r['positions']} | "
             f"{r['step0_loss']:.3f} ({r['step0_loss'] / ln2:.3f} bits) | "
-            f"{r['final_loss']:.3f} ({r['final_loss'] / ln2:.3f} bits) |"
+            f"{r['final_loss']:.3f} ({r['final_loss'] / ln2:.3f} bits) | "
+            f"{r['step0_loss'] - short:+.3f} ± {r['step0_minus_short_se']:.3f} | "
+            f"{r['final_loss'] - short:+.3f} ± {r['final_minus_short_se']:.3f} |"
         )
     text = (
         f"Masked-LM loss, nats per masked token (bits in brackets), on "
@@ -277,6 +302,8 @@ def main(argv=None):
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = run(c, out)
+    results["environment"] = bench.environment()  # machine, versions, commit, load
+    results["config"] = c.to_dict()
     command = "python experiments/longformer_warmstart/run.py " + " ".join(
         a for a in (argv if argv is not None else sys.argv[1:])
     )
