@@ -283,6 +283,12 @@ def write(results: dict, c, out: Path, command: str) -> None:
         ax.set_xlabel("continued MLM steps at 4n")
         ax.set_ylabel("masked-LM loss (nats)")
         ax.set_yscale("log")
+        ax.set_title(
+            f"Longformer warm start, {c.model.num_hidden_layers} x {c.model.hidden_size} MLM on "
+            f"bytes: n = {results['short_len']} -> {results['long_len']}, "
+            f"{results['masked_eval_tokens']} masked eval tokens",
+            fontsize=8,
+        )
         ax.legend(fontsize=7)
         fig.tight_layout()
         fig.savefig(out / "curves.png", dpi=120)
