@@ -13,32 +13,14 @@ launchers, experiments and tests load configs with the same two functions::
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 
+from seqjax.train.paths import load_file
+
 HERE = Path(__file__).resolve().parent
-
-
-def load_file(path: str | Path, name: str | None = None, register: bool = False) -> ModuleType:
-    """Imports the Python file ``path`` as a fresh module (``name``: default from the stem).
-
-    ``register`` puts it in ``sys.modules`` under ``name`` first, which dataclasses and
-    pickling need to find their module again.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"config file {path} does not exist")
-    name = name or f"_seqjax_config_{path.stem}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    if register:
-        sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def load(config: str | Path, folder: str | Path | None = None) -> ModuleType:

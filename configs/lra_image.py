@@ -81,7 +81,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         m.d_ff = 32
         o.warmup_steps = 2
         t.num_steps, t.eval_every, t.eval_max_batches, t.checkpoint_every = 4, 2, 1, 2
-        t.final_eval = False
+        t.test_max_batches = 2  # the smoke ends with a test figure, on a slice of the split
     if variant == "cpu":  # LRA's model, fewer and smaller steps (experiments/lra_accuracy)
         d.batch_size = 32
         o.warmup_steps = 60

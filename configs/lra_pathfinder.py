@@ -102,7 +102,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         m.num_layers, m.num_heads, m.d_model, m.head_dim, m.d_ff = 1, 2, 16, 8, 32
         o.warmup_steps = 2
         t.num_steps, t.eval_every, t.eval_max_batches, t.checkpoint_every = 4, 2, 1, 2
-        t.final_eval = False
+        t.test_max_batches = 2  # the smoke ends with a test figure (16 test images)
     return c
 
 

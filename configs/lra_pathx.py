@@ -38,7 +38,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         m.num_heads, m.d_model, m.head_dim, m.d_ff = 1, 16, 16, 16
         o.warmup_steps = 1
         t.num_steps, t.eval_every, t.eval_max_batches, t.checkpoint_every = 2, 1, 1, 2
-        t.final_eval = False
+        t.test_max_batches = 2  # the smoke ends with a test figure (4 test images)
     return c
 
 

@@ -101,7 +101,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         t.num_steps = 20
         t.eval_every = 10
         t.eval_max_batches = 2
-        t.final_eval = False
+        t.test_max_batches = 2  # the smoke ends with a test figure, on a slice of the split
     return c
 
 

@@ -96,7 +96,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         t.eval_every = 20
         t.eval_max_batches = 2
         t.checkpoint_every = 20
-        t.final_eval = False
+        t.test_max_batches = 2  # the smoke ends with a test figure, on a slice of the split
     return c
 
 

@@ -109,14 +109,28 @@ def _per_layer(spec: str, num_layers: int, options: dict) -> str:
     return ", ".join(f"{i}: {name}" for i, name in enumerate(layers))
 
 
+def config_arg(argv: list[str]) -> str | None:
+    """The value of ``--config`` (``--config=v`` or ``--config v``) in ``argv``, or None."""
+    for i, arg in enumerate(argv[1:], start=1):
+        if arg.startswith("--config="):
+            return arg.split("=", 1)[1]
+        if arg == "--config" and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
 def run_header(config, run, workdir, *, start_step: int, num_params: int, argv=None) -> str:
     """The lines printed once when a run starts (stderr): config and variant, overrides,
-    task, mechanism per layer, parameters, data and split sizes, steps, mesh, workdir."""
+    task, mechanism per layer, parameters, data and split sizes, steps, mesh, workdir.
+
+    ``run`` is the built job (``seqjax.train.setup.Run``): its task, model, data info, mesh
+    and ``provenance`` (the module that registered each mechanism and the task, and the
+    run's ``config.imports``), all computed by the trainer and only printed here.
+    """
     from seqjax.models import from_config
-    from seqjax.train import errors, extensions
 
     argv = sys.argv if argv is None else argv
-    config_arg = errors._config_arg(argv) or "(in-process config)"
+    config_file = config_arg(argv) or "(in-process config)"
     overrides = [a.split("=", 1)[0][2:] for a in argv[1:] if a.startswith("--config.")]
     m, d, t = config.model, config.data, config.train
     options = from_config.attention_options(config)
@@ -124,7 +138,7 @@ def run_header(config, run, workdir, *, start_step: int, num_params: int, argv=N
     dec_layers = getattr(getattr(run.model, "cfg", None), "decoder_layers", None)
     if dec_layers:  # an encoder-decoder (EncoderDecoderConfig)
         layers += f"; decoder {_per_layer(m.decoder_attention, int(dec_layers), options)}"
-    prov = extensions.provenance(config, run.task, run.model)
+    prov = run.provenance
     outside = {n: mod for n, mod in prov["attention"].items() if not mod.startswith("seqjax.")}
     sizes = ", ".join(
         f"{split} {int(n):,}" if isinstance(n, numbers.Real) else f"{split} ?"
@@ -137,7 +151,7 @@ def run_header(config, run, workdir, *, start_step: int, num_params: int, argv=N
     saves = f"checkpoint every {t.checkpoint_every}" if t.checkpoint_every else "saved at the end"
     mesh = " x ".join(f"{k}={v}" for k, v in dict(run.mesh.shape).items())
     rows = [
-        ("config", config_arg + (f" + {len(overrides)} overrides" if overrides else "")),
+        ("config", config_file + (f" + {len(overrides)} overrides" if overrides else "")),
         ("task", f"{run.task.name} ({type(run.task).__module__})"),
         ("attention", layers),
         (

@@ -31,6 +31,7 @@ def main(argv):
 
 def _main(argv):
     del argv
+    from seqjax.tasks import inputs
     from seqjax.train import cli_inputs, setup
 
     f = flags.FLAGS
@@ -41,7 +42,7 @@ def _main(argv):
         "same_length": None if f.same_length is None else f.same_length == "true",
     }
     if f.max_batches < 0:
-        raise cli_inputs.InputError(f"--max_batches={f.max_batches}; valid: >= 0 (0 = all)")
+        raise inputs.InputError(f"--max_batches={f.max_batches}; valid: >= 0 (0 = all)")
     run, state, step = cli_inputs.restore(
         lambda s: setup.restore_latest(f.workdir, eval_overrides=overrides, step=s),
         f.workdir,

@@ -12,6 +12,7 @@ Exit status: 0 done or stopped by SIGTERM (checkpoint saved); 2 a problem with t
 that one sentence explains (config, config file, data, workdir, resume with another
 config, disk full); 3 non-finite loss (nothing saved after the last good checkpoint);
 130 Ctrl-C (the checkpoint is saved first; a second Ctrl-C abandons the save in flight);
+143 SIGTERM before the first training step or after the last (one sentence: nothing saved);
 1 a bug in seqjax (the only case with a traceback).
 """
 
@@ -25,7 +26,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from seqjax import console
-from seqjax.train import errors, paths, sharding
+from seqjax.train import checkpoint, errors, field_checks, paths, run_log, sharding
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config",
@@ -61,14 +62,93 @@ class _Interrupt:
         del signum, frame
         self.count += 1
         term = signal.getsignal(signal.SIGTERM)
-        if self.count > 1 or term in (signal.SIG_DFL, signal.SIG_IGN, None):
+        if self.count > 1 or term in (signal.SIG_DFL, signal.SIG_IGN, None, _on_sigterm):
             raise KeyboardInterrupt
         print("\ninterrupted: saving a checkpoint (Ctrl-C again to abandon it)", file=sys.stderr)
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-def train(config, workdir: str) -> dict:
-    """Validates, checks the workdir, locks it, checks a resume, then trains."""
+class _Terminated(BaseException):
+    """SIGTERM outside the training steps (the loop has its own handler, which saves)."""
+
+
+def _on_sigterm(signum, frame):
+    del signum
+    raise _Terminated(_phase(frame))
+
+
+def _phase(frame) -> str:
+    """What SIGTERM stopped: start-up, or the end of a run (its final evaluation, sample)."""
+    while frame is not None:
+        if frame.f_code.co_name == "_finish" and "job" in frame.f_locals:  # loop's last stage
+            return "after the training steps (final evaluation or sample)"
+        frame = frame.f_back
+    return "during start-up (data, model or compilation), before the first training step"
+
+
+def _own_sigterm() -> None:
+    """Installs ``_on_sigterm`` unless JAX's preemption notifier owns SIGTERM (several
+    processes with ``jax.distributed``'s preemption service: see ``loop._StopFlag``)."""
+    import jax
+    from jax._src import distributed
+
+    multi = jax.process_count() > 1
+    if not (multi and distributed.global_state.preemption_sync_manager is not None):
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def terminated_message(phase: str, workdir: str | None) -> str:
+    """The sentence for SIGTERM outside the training steps (``_phase``'s ``phase``)."""
+    step = errors.newest_checkpoint(workdir)
+    if phase.startswith("after"):
+        return (
+            f"stopped by SIGTERM {phase}: the checkpoint of step {step} in {workdir} is saved; "
+            "rerun the same command to evaluate it"
+        )
+    kept = "there is no checkpoint yet" if step is None else f"checkpoint {step} is untouched"
+    return (
+        f"stopped by SIGTERM {phase}: nothing was saved by this run ({kept} in {workdir}); "
+        "rerun the same command to start again"
+    )
+
+
+# Kernelized attention: no attention matrix, hence no attention dropout (config validation).
+KERNELIZED = ("performer", "linear")
+
+
+def fit_attention_dropout(config, argv) -> bool:
+    """Gives kernelized layers the attention dropout they take: when the model uses
+    performer or linear attention (Choromanski et al. 2021; Katharopoulos et al. 2020),
+    whose outputs have no attention matrix to drop, and ``--config.model.
+    attention_dropout_rate`` is not on the command line, a config's default rate becomes 0
+    (LRA's own code runs these mechanisms with the dense configs, its fast attention
+    ignoring the rate). A rate given on the command line is kept, and validation refuses it.
+    Returns True when it changed the config (logged)."""
+    from seqjax.train import extensions
+
+    m = config.get("model")
+    if m is None or not m.get("attention_dropout_rate"):
+        return False
+    if any(a.startswith("--config.model.attention_dropout_rate") for a in argv):
+        return False
+    kernelized = [n for n in extensions.mechanism_names(config) if n in KERNELIZED]
+    if not kernelized:
+        return False
+    logging.info(
+        "model.attention_dropout_rate %s -> 0: model.attention %r has no attention matrix",
+        m.attention_dropout_rate,
+        kernelized[0],
+    )
+    m.attention_dropout_rate = 0.0
+    return True
+
+
+def train(config, workdir: str, *, log_file: bool = False) -> dict:
+    """Validates, checks the workdir, locks it, checks a resume, then trains.
+
+    ``log_file`` (the command line's runs): library noise goes to ``<workdir>/seqjax.log``
+    from here on (``seqjax.train.run_log``), not to the console.
+    """
     from seqjax.train import config_validation, extensions, loop, resume_check
     from seqjax.train import workdir as workdir_lib
 
@@ -76,8 +156,12 @@ def train(config, workdir: str) -> dict:
     extensions.prepare_training(config, workdir)  # config.imports (and a resumed run's)
     config_validation.validate(config)  # exit 2 before anything is created or compiled
     workdir_lib.check_usable(workdir)
+    if log_file:
+        run_log.RunLog.open(workdir)
     lock = workdir_lib.acquire_for_job(workdir)
     try:
+        if lock is not None:  # process 0, holding the workdir: a stopped job's partial save
+            checkpoint.remove_partial_saves(workdir)
         resume_check.check(config, workdir)
         return loop.train_and_evaluate(config, workdir)
     finally:
@@ -96,14 +180,20 @@ def main(argv):
         config = _CONFIG.value
         extensions.add_imports(config, _IMPORT.value)
         extensions.apply_option_overrides(config, _OPTION_OVERRIDES)
+        fit_attention_dropout(config, sys.argv)
         sharding.maybe_initialize_distributed()
-        result = train(config, workdir)
+        _own_sigterm()
+        result = train(config, workdir, log_file=True)
+    except _Terminated as stop:  # before the loop's handler (which saves), or after it
+        print(f"error: {terminated_message(str(stop), workdir)}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(143)  # 128 + SIGTERM, as before, now with a sentence
     except KeyboardInterrupt:  # before the loop could save, or a second Ctrl-C
         print(f"error: {errors.interrupted_message(workdir)}", file=sys.stderr, flush=True)
         sys.stdout.flush()
         os._exit(130)  # abandon a save in flight without waiting for (or noise from) it
     except Exception as e:  # every failure ends in one sentence, or a traceback for bugs
-        sys.exit(errors.report(e, workdir))
+        sys.exit(run_log.report(e, workdir))
     if interrupt.count and result.get("stopped") == "preempted":
         print(
             f"interrupted at step {result['step']}: checkpoint saved in {workdir}; rerun the "
@@ -111,6 +201,23 @@ def main(argv):
             file=sys.stderr,
         )
         sys.exit(130)
+
+
+def _file_config():
+    """The ``--config`` file's config before the overrides (None when it does not load:
+    ``errors.config_file_problem`` says why)."""
+    spec = errors._config_arg(sys.argv)
+    if not spec:
+        return None
+    from seqjax.configs import common
+
+    path, _, variant = spec.partition(":")
+    try:
+        return common.load_file(path, "_seqjax_config_types").get_config(
+            *([variant] if variant else [])
+        )
+    except Exception:  # noqa: BLE001 - reported by errors.config_file_problem
+        return None
 
 
 def run():
@@ -122,6 +229,7 @@ def run():
     try:  # --import modules register mechanisms before the config and its overrides load
         extensions.import_modules(extensions.imports_in_argv(sys.argv), field="--import")
         problem = errors.config_file_problem(sys.argv)
+        problem = problem or field_checks.override_type_problem(_file_config(), sys.argv)
     except extensions.ExtensionError as e:
         problem = str(e)
     if problem:

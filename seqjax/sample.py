@@ -8,7 +8,7 @@ restores the newest complete checkpoint of a training workdir and prints the pro
 followed by ``length`` generated characters (tokens). The decoding itself (the layers'
 caches: KV cache, recurrent state, ring buffers and summary stores of the windowed and
 sparse patterns, LSH's sorted-chunk cache; prefix recomputation; Transformer-XL memory as
-the cache) is ``seqjax.train.sampling``, reached through the run's task
+the cache) is ``seqjax.tasks.sampling``, reached through the run's task
 (``seqjax.tasks``): any task that ``generates`` can be sampled. ``--decoding`` picks
 ``auto`` (the caches where they reproduce the full forward, the default), ``cache`` or
 ``recompute`` (for checking); the line ``decoding: MODE (why)`` on stderr says which ran.
@@ -17,13 +17,14 @@ An image model draws ``length`` images and writes them as one PNG grid to ``--ou
 
 from __future__ import annotations
 
+import os
 import sys
 
 from absl import app, flags
 
 from seqjax import console
-from seqjax.train import sampling
-from seqjax.train.sampling import sample_text  # noqa: F401 (the LM's library entry point)
+from seqjax.tasks import sampling
+from seqjax.tasks.sampling import sample_text  # noqa: F401 (the LM's library entry point)
 
 
 def main(argv):
@@ -35,10 +36,12 @@ def main(argv):
 
 def _main(argv):
     del argv
+    from seqjax.tasks import inputs
     from seqjax.train import cli_inputs, setup
 
     f = flags.FLAGS
-    cli_inputs.check_sampling_flags(f.length, f.temperature, f.top_k, f.top_p)
+    inputs.check_sampling_flags(f.length, f.temperature, f.top_k, f.top_p)
+    check_out(f.out)  # before the checkpoint is restored and anything is generated
     run, state, step = cli_inputs.restore(
         lambda s: setup.restore_latest(f.workdir, step=s), f.workdir, f.step, f["import"].value
     )
@@ -47,27 +50,76 @@ def _main(argv):
         from seqjax import tasks
 
         able = ", ".join(n for n in tasks.names() if tasks.get(n).generates)
-        raise cli_inputs.InputError(
+        raise inputs.InputError(
             f"--workdir={f.workdir} trained a {task.name} model, which does not generate; "
             f"sampling needs a task that does: {able}"
         )
-    prompt = cli_inputs.usable_prompt(f.prompt, run.info.encode, run.info.decode) or "\n"
     length = f.length
     if task.sample_to_file:  # image models: --out is the grid's PNG; --length images (16)
-        prompt = f.out or prompt
+        prompt = image_target(f.out)
         length = f.length if f["length"].present else 16
+    else:
+        prompt = inputs.usable_prompt(f.prompt, run.info.encode, run.info.decode) or "\n"
     task.check_sample_inputs(run, prompt, length)
     print(f"decoding: {_mode_line(run, f.decoding)}", file=sys.stderr)
     with sampling.forced_decoding(f.decoding):
         text = _sample(task, run, state, prompt, length, f)
-    print(prompt + text)
-    if f.out and not task.sample_to_file:
-        with open(f.out, "w", encoding="utf-8") as out:
-            out.write(prompt + text)
+    show(task, prompt, text, None if task.sample_to_file else f.out)
+
+
+def show(task, prompt: str, text: str, out: str | None = None) -> str:
+    """Prints (and writes to ``out``) the sample as the task describes it: an LM's prompt
+    continued, a translation's source then ``=> translation`` on its own line, an image
+    model's line naming its grid file. Returns the text."""
+    shown = task.describe_sample(prompt, text)
+    print(shown)
+    if out:
+        with open(out, "w", encoding="utf-8") as fh:
+            fh.write(shown)
+    return shown
+
+
+def image_target(out: str | None) -> str:
+    """The PNG an image model's grid is written to: ``--out`` (None: ``samples.png``).
+
+    Raises:
+      cli_inputs.InputError: naming ``--out`` when it does not end in ``.png``.
+    """
+    from seqjax.train import cli_inputs
+
+    if not out:
+        return "samples.png"
+    if not out.strip().endswith(".png"):
+        raise cli_inputs.InputError(
+            f"--out={out!r}: an image model writes its sample grid as a PNG file; give a "
+            "name ending in .png (e.g. --out grid.png)"
+        )
+    return out.strip()
+
+
+def check_out(out: str | None) -> None:
+    """``InputError`` when ``--out`` cannot be written: a folder, or in a missing folder."""
+    if not out:
+        return
+    from seqjax.tasks import inputs
+
+    path = os.path.expanduser(out)
+    if os.path.isdir(path):
+        example = os.path.join(out, "samples.png")
+        raise inputs.InputError(
+            f"--out={out} is a folder; give the file to write, e.g. --out={example}"
+        )
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise inputs.InputError(
+            f"--out={out}: its folder {folder} does not exist; create it or give another file"
+        )
+    if not os.access(folder, os.W_OK):
+        raise inputs.InputError(f"--out={out}: the folder {folder} is not writable")
 
 
 def _mode_line(run, decoding: str) -> str:
-    """``MODE (why)`` of ``seqjax.train.sampling.decoding_mode`` for this run's model."""
+    """``MODE (why)`` of ``seqjax.tasks.sampling.decoding_mode`` for this run's model."""
     if run.recurrence is not None:
         return "memory (the recurrent model's memory is its cache)"
     try:

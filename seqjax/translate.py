@@ -27,10 +27,10 @@ def main(argv):
 
 
 def _sources(f) -> list[str]:
-    from seqjax.train import cli_inputs
+    from seqjax.tasks import inputs
 
     if (f.source is None) == (f.input_file is None):
-        raise cli_inputs.InputError(
+        raise inputs.InputError(
             "give exactly one of --source (a sentence) or --input_file (one sentence a line, "
             "'-' for standard input)"
         )
@@ -42,12 +42,13 @@ def _sources(f) -> list[str]:
         with open(f.input_file, encoding="utf-8") as fh:
             return fh.read().splitlines()
     except (OSError, UnicodeDecodeError) as e:
-        raise cli_inputs.InputError(f"--input_file={f.input_file} cannot be read: {e}") from None
+        raise inputs.InputError(f"--input_file={f.input_file} cannot be read: {e}") from None
 
 
 def _main(argv):
     del argv
     from seqjax import decoding
+    from seqjax.tasks import inputs
     from seqjax.train import cli_inputs, setup
 
     f = flags.FLAGS
@@ -56,14 +57,14 @@ def _main(argv):
             f.beam_size if f.beam_size is not None else 1, f.alpha if f.alpha is not None else 0.0
         )
     except ValueError as e:
-        raise cli_inputs.InputError(str(e)) from None
+        raise inputs.InputError(str(e)) from None
     sources = _sources(f)
     run, state, _ = cli_inputs.restore(
         lambda s: setup.restore_latest(f.workdir, step=s), f.workdir, f.step, f["import"].value
     )
     translate = getattr(run.task, "translate", None)
     if translate is None:
-        raise cli_inputs.InputError(
+        raise inputs.InputError(
             f"--workdir={f.workdir} trained a {run.task.name} model, which does not translate; "
             "give the workdir of a sequence-to-sequence run (configs/translation.py)"
         )

@@ -277,3 +277,47 @@ def test_training_names_an_unregistered_mechanism_and_resumes_with_the_runs_impo
     config.model.attention = "window"
     extensions.prepare_training(config, str(tmp_path))
     assert tuple(config.imports) == ("my_attention",)
+
+
+# --- the doc's commands, every line as printed, each in a process of its own (issue 40) ----
+
+
+def _doc_commands(heading: str = "## A new attention mechanism") -> list[str]:
+    """The commands of the first ```bash block after ``heading`` (continuations joined)."""
+    text = (REPO / "docs" / "extending.md").read_text()
+    section = text[text.index(heading) :]
+    start = section.index("```bash\n") + len("```bash\n")
+    block = section[start : section.index("```", start)].replace("\\\n", " ")
+    return [ln.strip() for ln in block.splitlines() if ln.strip() and not ln.startswith("#")]
+
+
+def test_every_command_of_the_recipe_finds_the_users_module():
+    """Each command runs in a fresh shell: each must put the module's folder on PYTHONPATH
+    (evaluate and sample import the run's ``config.imports`` again)."""
+    commands = _doc_commands()
+    assert [c.split(" python -m ")[1].split()[0] for c in commands] == [
+        "seqjax.main", "seqjax.evaluate", "seqjax.sample"
+    ]  # fmt: skip
+    for command in commands:
+        assert command.startswith("PYTHONPATH=.:$PYTHONPATH python -m "), command
+
+
+@pytest.mark.slow  # the char_lm smoke trains for about a minute, then evaluate and sample
+def test_the_recipe_runs_as_printed_line_by_line(tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "my_attention.py").write_text(MECHANISM_BLOCK)
+    env = dict(os.environ, PYTHONPATH=str(REPO))  # seqjax as installed: this checkout
+    outputs = []
+    for command in _doc_commands():
+        proc = subprocess.run(["bash", "-c", command], cwd=project, env=env,
+                              capture_output=True, text=True, timeout=900)  # fmt: skip
+        assert proc.returncode == 0, (command, proc.stderr[-3000:])
+        outputs.append(proc.stdout)
+        if not outputs[1:]:  # training: the run header names the mechanism and its option
+            assert "window(window=8) x 2 layers" in proc.stderr
+    evaluation = json.loads(outputs[1].strip().splitlines()[-1])
+    assert evaluation["split"] == "test" and np.isfinite(evaluation["loss"])
+    assert outputs[2].strip()  # the sampled text
+    saved = json.loads((project / "runs" / "window" / "config.json").read_text())
+    assert saved["imports"] == ["my_attention"]

@@ -10,20 +10,28 @@ Sections (``--sections``, default all):
 * ``sparse``: Child et al. 2019 Table 2 shape (8 heads x 64, stride l = 128, c = 32, causal)
   at 4K-16K: ``sparse_strided`` / ``sparse_fixed`` through the Pallas kernels and through
   the plain-JAX engine, against cuDNN dense causal.
-* ``efficient``: Linformer (k = 256, bidirectional) and LSH (4 rounds, causal) against cuDNN
-  dense at 4K-64K (batch 1, 8 heads x 64).
-* ``train``: tokens/s and MFU of a GPT-2-small-class dense LM (12 layers, d = 768, 12 heads,
-  T = 1024, vocab 50,304, bf16 compute / float32 parameters, AdamW), model FLOPs from the
-  analytic count ``6 N T + 12 L T^2 d`` per sequence (``seqjax.train.flops``: PaLM App. B;
-  causal attention counted in full, as PaLM does) and, for comparison, XLA's
-  ``cost_analysis()`` of the compiled step.
+* ``efficient``: Linformer (k = 256, bidirectional), LSH (4 rounds, causal), and causal
+  Performer (256 features) and linear attention in chunks (the default) and by prefix sums
+  (``chunk=0``, to 16K), against cuDNN dense at 4K-64K (batch 1, 8 heads x 64).
+* ``train`` (``train_bench.py``): a GPT-2-small-class dense LM step (12 layers, d = 768,
+  12 heads, T = 1024, vocab 50,304, bf16 compute / float32 parameters, AdamW): seqjax with
+  the chunked cross-entropy and with the plain one, against nanoGPT with ``torch.compile``
+  and eager; tokens/s and MFU from the analytic count ``6 N T + 12 L T^2 d`` per sequence
+  (``seqjax.models.flops``: PaLM App. B; causal attention counted in full, as PaLM does).
+* PyTorch peers (``peers.py``, where torch is installed; ``--no-peers`` to skip):
+  ``torch_sdpa`` in ``dense``, FlexAttention with the strided/fixed masks in ``sparse``,
+  nanoGPT in ``train``, each in the same process and interleaved with seqjax's contenders.
 
-* ``tests`` (``--scale gpu``/``tpu`` only): the kernel tests (``KERNEL_TESTS``) run first,
-  compiled on the device, in a pytest subprocess; log in ``results/<platform>_kernel_tests.txt``.
+* ``tests`` (``--scale gpu``/``tpu`` only), first: the documented device test command
+  (``GPU_TESTS``: ``JAX_PLATFORMS=cuda python -m pytest tests/attention tests/models
+  tests/decoding -m "not slow"``) in a subprocess; its pass/fail counts go into the results,
+  the log into ``results/<platform>_tests.txt``.
 
 Contenders of a section are timed interleaved (A B C A B C ...), each call synchronised
-with ``block_until_ready``, and the medians are reported with their ratio to the first
-contender. Writes ``results/<device>.json`` and ``.md`` (``--out`` to change the folder).
+(``block_until_ready``; the torch peers ``torch.cuda.synchronize``), and the medians are
+reported with their ratio to the first contender. Writes ``results/<device>.json`` and
+``.md`` (``--out`` to change the folder). ``--scale smoke`` runs every contender, the peers
+included, at toy sizes on a CPU (``tests/experiments/test_accelerator_smoke.py``).
 
     python experiments/accelerator/run.py --scale gpu      # or --scale tpu
     python experiments/accelerator/run.py --scale smoke   # CPU, tiny, checks the script
@@ -32,8 +40,10 @@ contender. Writes ``results/<device>.json`` and ``.md`` (``--out`` to change the
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -43,15 +53,25 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from seqjax import attention, bench, environment
-from seqjax.models.transformer import TransformerConfig, TransformerLM
-from seqjax.train import flops
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 DENSE, LINFORMER, LSH = (attention.get(n) for n in ("dense", "linformer", "lsh"))
+PERFORMER, LINEAR = attention.get("performer"), attention.get("linear")
+PREFIX_MAX_T = 16384  # the prefix-sum forms store [T, M, D] per head: not run above this
+
+
+def _sibling(name: str):
+    """``peers.py`` / ``train_bench.py`` of this folder, loaded by path (the script is run
+    as a file and loaded by tests; ``experiments`` is not a package)."""
+    spec = importlib.util.spec_from_file_location(f"accelerator_{name}", HERE / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 FULL = dict(
     dense=(1024, 2048, 4096, 8192, 16384, 32768),
     sparse=(4096, 8192, 12288, 16384),
@@ -123,7 +143,7 @@ def qkv(b, t, h, d, dtype=jnp.bfloat16, seed=0):
     return [jax.random.normal(kk, (b, t, h, d), dtype) for kk in ks]
 
 
-def dense_section(scale):
+def dense_section(scale, peers=None):
     rows = []
     for t in scale["dense"]:
         b, h, d = max(1, scale["tokens"] // t), scale["heads"][0], scale["head_dim"]
@@ -137,13 +157,15 @@ def dense_section(scale):
                     q, k, v, causal=causal, implementation=impl
                 )
             fns = {n: grad_fn(f) for n, f in contenders.items()}
+            if peers is not None:
+                fns["torch_sdpa"] = peers.sdpa_peer(b, t, h, d, causal=causal)
             res = interleaved(fns, (q, k, v, ct), scale["rounds"])
             rows.append(dict(section="dense", T=t, B=b, causal=causal, seconds=res))
             print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
-def sparse_section(scale):
+def sparse_section(scale, peers=None):
     rows = []
     l, c = scale["stride"]
     kernel = "splash" if jax.default_backend() == "tpu" else "pallas"
@@ -159,8 +181,12 @@ def sparse_section(scale):
                     q, k, v, causal=True, implementation=impl, **o
                 )
         fns = {n: grad_fn(f) for n, f in contenders.items()}
+        notes = {}
+        if peers is not None:
+            flex, notes = peers.flex_peers(b, t, h, d, stride=l, c=c)
+            fns.update(flex)
         res = interleaved(fns, (q, k, v, ct), scale["rounds"])
-        rows.append(dict(section="sparse", T=t, B=b, causal=True, seconds=res))
+        rows.append(dict(section="sparse", T=t, B=b, causal=True, seconds=res, notes=notes))
         print(json.dumps(rows[-1]), flush=True)
     return rows
 
@@ -183,77 +209,19 @@ def efficient_section(scale):
             "lsh": lambda q, k, v, r=key, c=chunk: LSH(
                 q, None, v, causal=True, n_hashes=4, rng=r, chunk_len=c
             ),
+            "performer": lambda q, k, v: PERFORMER(q, k, v, causal=True, num_features=256),
+            "linear": lambda q, k, v: LINEAR(q, k, v, causal=True),
         }
+        if t <= PREFIX_MAX_T:  # before chunking: prefix sums, [T, M, D] stored per head
+            contenders["performer_prefix"] = lambda q, k, v: PERFORMER(
+                q, k, v, causal=True, num_features=256, chunk=0
+            )
+            contenders["linear_prefix"] = lambda q, k, v: LINEAR(q, k, v, causal=True, chunk=0)
         fns = {n: grad_fn(f) for n, f in contenders.items()}
         res = interleaved(fns, (q, k, v, ct), scale["rounds"])
         rows.append(dict(section="efficient", T=t, B=b, seconds=res))
         print(json.dumps(rows[-1]), flush=True)
     return rows
-
-
-def train_section(batch, rounds, smoke):
-    cfg = TransformerConfig(
-        vocab_size=50304 if not smoke else 256,
-        num_layers=12 if not smoke else 2,
-        num_heads=12 if not smoke else 2,
-        d_model=768 if not smoke else 64,
-        max_len=1024 if not smoke else 64,
-        positional="learned",
-        dtype="bfloat16",
-        causal=True,
-    )
-    t = cfg.max_len
-    model = TransformerLM(cfg)
-    tokens = jax.random.randint(jax.random.PRNGKey(0), (batch, t + 1), 0, cfg.vocab_size)
-    params = model.init(jax.random.PRNGKey(1), tokens[:, :-1])["params"]
-    tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(3e-4, weight_decay=0.1))
-    opt_state = tx.init(params)
-
-    def step(params, opt_state, tokens):
-        def loss_fn(p):
-            logits = model.apply({"params": p}, tokens[:, :-1]).astype(jnp.float32)
-            return optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:]).mean()
-
-        loss, grads = jax.value_and_grad(loss_fn)(params)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
-
-    jstep = jax.jit(step, donate_argnums=(0, 1))
-    compiled = jstep.lower(params, opt_state, tokens).compile()
-    xla_flops = flops.compiled_flops(compiled)
-    n_params = sum(x.size for x in jax.tree.leaves(params))
-    n_lookup = cfg.max_len * cfg.d_model  # learned positions (the token table is tied)
-    analytic = batch * flops.analytic_lm_flops(
-        num_params=n_params, lookup_params=n_lookup, num_layers=cfg.num_layers,
-        d_model=cfg.d_model, seq_len=t,
-    )  # fmt: skip
-    params, opt_state, loss = compiled(params, opt_state, tokens)
-    jax.block_until_ready(loss)
-    times = []
-    for _ in range(max(rounds, 5)):
-        t0 = time.perf_counter()
-        params, opt_state, loss = compiled(params, opt_state, tokens)
-        jax.block_until_ready(loss)
-        times.append(time.perf_counter() - t0)
-    sec = statistics.median(times)
-    peak = flops.peak_flops()
-    row = dict(
-        section="train",
-        model="gpt2-small-class" if not smoke else "tiny",
-        B=batch,
-        T=t,
-        params=int(n_params),
-        lookup_params=int(n_lookup),
-        step_seconds=sec,
-        tokens_per_s=batch * t / sec,
-        model_flops_per_step=analytic,
-        xla_flops_per_step=xla_flops,
-        mfu=analytic / sec / peak if peak else None,
-        peak_flops=peak,
-        loss=float(loss),
-    )
-    print(json.dumps(row), flush=True)
-    return [row]
 
 
 def markdown(rows) -> str:
@@ -279,15 +247,11 @@ def markdown(rows) -> str:
             out.append(
                 f"| {r['T']} | {r['B']} | {r.get('causal', '')} | " + " | ".join(cells) + " |"
             )
+        notes = {n: v for r in sec for n, v in r.get("notes", {}).items()}
+        out += [f"- {n}: {v}" for n, v in notes.items()]
     for r in rows:
         if r["section"] == "train":
-            mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] else "n/a (no peak for this device)"
-            out.append(
-                f"\n### train ({r['model']}, B={r['B']}, T={r['T']}, bf16)\n\n"
-                f"{r['tokens_per_s']:,.0f} tokens/s, {r['step_seconds'] * 1e3:.1f} ms/step, "
-                f"MFU {mfu} (analytic {r['model_flops_per_step'] / 1e12:.2f} TFLOP/step; "
-                f"XLA cost analysis {r['xla_flops_per_step'] / 1e12:.2f} TFLOP/step)"
-            )
+            out.append(_sibling("train_bench").markdown(r))
     return "\n".join(out) + "\n"
 
 
@@ -319,12 +283,31 @@ def summary_rows(rows, device: str) -> list[dict]:
                     ours=f"{base / kernel:.2f}x", ratio=None,
                     note="fwd+bwd vs the fused dense kernel, l=128, c=32, interleaved",
                 ))  # fmt: skip
+    for r in sec("efficient"):
+        s = r["seconds"]
+        base = s.get("fused_dense_causal")
+        for name in ("performer", "linear"):
+            if isinstance(base, float) and isinstance(s.get(name), float):
+                out.append(dict(
+                    study=f"causal {name} (chunked) vs dense causal, {device}",
+                    paper_figure=f"T={r['T']}", ours=f"{base / s[name]:.2f}x", ratio=None,
+                    paper="target > 1x at 16K, >= 3x at 64K (issue 37)",
+                    note="fwd+bwd vs the fused dense causal kernel, 8 x 64, interleaved",
+                ))  # fmt: skip
     for r in sec("train"):
         if r.get("mfu"):
             out.append(dict(
                 study=f"GPT-2-small-class training, {device}", paper_figure="MFU, bf16",
                 paper="target >= 45%", ours=f"{100 * r['mfu']:.1f}%", ratio=None,
                 note=f"{r['tokens_per_s']:,.0f} tokens/s, B={r['B']}, T={r['T']}",
+            ))  # fmt: skip
+        s = r.get("seconds", {})
+        if isinstance(s.get("seqjax"), float) and isinstance(s.get("torch_compile"), float):
+            out.append(dict(
+                study=f"GPT-2-small-class training vs torch.compile, {device}",
+                paper_figure="step time ratio", paper="target > 1x (issue 37)",
+                ours=f"{s['torch_compile'] / s['seqjax']:.2f}x", ratio=None,
+                note="torch.compile time / seqjax time, same process, interleaved",
             ))  # fmt: skip
     return out
 
@@ -343,37 +326,47 @@ def plot(rows, path):
                      title="causal attention, fwd+bwd (interleaved medians)")  # fmt: skip
 
 
-# The kernel tests, run compiled on the device (their kernels leave interpret mode there).
-KERNEL_TESTS = (
-    "tests/attention/test_pallas_blocks.py",
-    "tests/attention/test_splash.py",
-    "tests/attention/test_flex.py",
-    "tests/attention/test_dense.py",
-    "tests/attention/test_sparse_attention.py",
-)
+# The documented device test command (README "Accelerators"), run before the benchmarks.
+GPU_TESTS = ("tests/attention", "tests/models", "tests/decoding")
+COUNT_WORDS = ("passed", "failed", "errors", "error", "skipped", "xfailed", "xpassed", "deselected")
 
 
-def kernel_tests(platform: str, out: Path, timeout_s: int = 300) -> dict:
-    """Runs ``KERNEL_TESTS`` with pytest on ``platform`` (``cuda`` / ``tpu``) in a
-    subprocess (the tests' CPU settings switched off) and writes the log to
-    ``out/<platform>_kernel_tests.txt``; returns ``{'returncode', 'summary', 'log'}``."""
+def test_counts(summary: str) -> dict[str, int]:
+    """``{'passed': 812, 'failed': 0, ...}`` from pytest's last line ("3 failed, 812 passed,
+    4 skipped, 120 deselected in 301.2s"); ``error`` is counted as ``errors``."""
+    counts = {w: 0 for w in ("passed", "failed", "errors", "skipped")}
+    for n, word in re.findall(r"(\d+) (" + "|".join(COUNT_WORDS) + r")\b", summary):
+        word = "errors" if word == "error" else word
+        counts[word] = counts.get(word, 0) + int(n)
+    return counts
+
+
+def device_tests(platform: str, out: Path, timeout_s: int = 1800) -> dict:
+    """``JAX_PLATFORMS=<platform> python -m pytest tests/attention tests/models
+    tests/decoding -m "not slow"`` in a subprocess (the tests' CPU settings switched off);
+    writes the log to ``out/<platform>_tests.txt``; returns the command, return code,
+    summary line and counts."""
     env = dict(os.environ, JAX_PLATFORMS=platform, XLA_FLAGS="")
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    cmd = [sys.executable, "-m", "pytest", "-q", "-m", "not slow", *KERNEL_TESTS]
+    cmd = [sys.executable, "-m", "pytest", *GPU_TESTS, "-m", "not slow", "-q"]
     try:
         proc = subprocess.run(
             cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s
         )
         code, log = proc.returncode, proc.stdout + proc.stderr
     except subprocess.TimeoutExpired as e:
-        code, log = -1, f"timed out after {timeout_s} s\n{e.stdout or ''}"
+        partial = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        code, log = -1, f"{partial}\ntimed out after {timeout_s} s"
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{platform}_kernel_tests.txt"
+    path = out / f"{platform}_tests.txt"
     path.write_text(log)
     lines = [ln for ln in log.splitlines() if ln.strip()]
     summary = lines[-1] if lines else ""
-    print(f"kernel tests on {platform}: {summary} (log: {path})", flush=True)
-    return {"returncode": code, "summary": summary, "log": str(path)}
+    counts = test_counts(summary)
+    print(f"device tests on {platform}: {summary} (log: {path})", flush=True)
+    command = f"JAX_PLATFORMS={platform} python -m pytest {' '.join(GPU_TESTS)} -m 'not slow'"
+    return {"command": command, "returncode": code, "summary": summary, "counts": counts,
+            "log": str(path)}  # fmt: skip
 
 
 def main(argv=None):
@@ -381,7 +374,18 @@ def main(argv=None):
     parser.add_argument("--scale", choices=sorted(SCALES), default="gpu")
     parser.add_argument("--sections", default="tests,dense,sparse,efficient,train")
     parser.add_argument("--out", default=str(HERE / "results"))
+    parser.add_argument("--no-peers", action="store_true", help="skip the PyTorch peers")
+    parser.add_argument("--tests-timeout", type=int, default=1800, help="seconds (tests)")
+    parser.add_argument(
+        "--xent-chunks", default="", help="train: more loss chunk sizes to time, e.g. 256,4096"
+    )
     args = parser.parse_args(argv)
+    try:
+        xent_chunks = tuple(int(c) for c in args.xent_chunks.split(",") if c.strip())
+    except ValueError:
+        xent_chunks = (-1,)
+    if any(c < 1 for c in xent_chunks):
+        parser.error(f"--xent-chunks={args.xent_chunks!r}: positive integers, comma-separated")
     scale = SCALES[args.scale]
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     unknown = set(sections) - {"tests", "dense", "sparse", "efficient", "train"}
@@ -397,28 +401,37 @@ def main(argv=None):
     device = jax.devices()[0]
     tests = None
     if "tests" in sections and args.scale in ("gpu", "tpu"):  # CI runs them on CPU already
-        tests = kernel_tests({"gpu": "cuda", "tpu": "tpu"}[args.scale], Path(args.out))
+        platform = {"gpu": "cuda", "tpu": "tpu"}[args.scale]
+        tests = device_tests(platform, Path(args.out), args.tests_timeout)
+    peers = _sibling("peers")
+    peers = peers if peers.available() and not args.no_peers else None
     rows = []
     if "dense" in sections:
-        rows += dense_section(scale)
+        rows += dense_section(scale, peers)
     if "sparse" in sections:
-        rows += sparse_section(scale)
+        rows += sparse_section(scale, peers)
     if "efficient" in sections:
         rows += efficient_section(scale)
     if "train" in sections:
-        rows += train_section(scale["train_batch"], scale["rounds"], args.scale == "smoke")
+        rows += _sibling("train_bench").train_section(
+            scale["train_batch"], scale["rounds"], args.scale == "smoke", interleaved, peers,
+            xent_chunks,
+        )  # fmt: skip
+        print(json.dumps(rows[-1]), flush=True)
     env = {"device": getattr(device, "device_kind", str(device)), **environment.capture()}
+    env["torch"] = peers.version() if peers is not None else "not used"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     name = env["device"].replace(" ", "_") if args.scale != "smoke" else "smoke"
     summary = summary_rows(rows, env["device"])
-    payload = dict(env=env, rows=rows, summary=summary, kernel_tests=tests)
+    payload = dict(env=env, rows=rows, summary=summary, device_tests=tests)
     (out / f"{name}.json").write_text(json.dumps(payload, indent=1))
     if any(r["section"] in ("dense", "sparse") for r in rows):
         plot(rows, out / f"{name}.png")
     md = f"# Accelerator benchmarks on {env['device']}\n\n{json.dumps(env)}\n" + markdown(rows)
     if tests is not None:
-        md += f"\n\nKernel tests compiled on the device: {tests['summary']} ({tests['log']})\n"
+        md += (f"\n\nDevice tests (`{tests['command']}`): {tests['counts']} "
+               f"({tests['summary']}; log {tests['log']})\n")  # fmt: skip
     (out / f"{name}.md").write_text(md)
     print(md)
 

@@ -14,7 +14,9 @@ Usage:
     python experiments/adaptive_softmax/run.py --scale smoke   # seconds (tests run this)
     python experiments/adaptive_softmax/run.py --scale cpu     # minutes
 
-Writes ``results/adaptive_softmax_<scale>.{json,md}`` beside this file.
+Writes ``results/adaptive_softmax_<scale>.{json,md}`` beside this file; ``smoke`` writes
+into a new temporary folder instead (printed; ``--out`` chooses another), so checking the
+script leaves the repository as it was.
 
 Legend: T context, B batch, V vocabulary, E width.
 """
@@ -34,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import tensorflow_datasets as tfds
 
 import seqjax.data as sd
 from seqjax import environment
@@ -73,7 +76,7 @@ def io_layer_params(params) -> int:
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scale", default="cpu")
-    p.add_argument("--out", default=str(HERE / "results"))
+    p.add_argument("--out", default=None, help="results folder (default: results/; smoke: a temp)")
     p.add_argument("--data", default=str(REPO.parent / "shared/data/tinyshakespeare/input.txt"))
     p.add_argument("--tfds-dir", default=None)
     args = p.parse_args(argv)
@@ -82,6 +85,10 @@ def main(argv=None) -> dict:
     if not os.path.isfile(args.data):
         raise ValueError(f"--data={args.data!r} is not a file (tiny shakespeare's input.txt)")
     s = SCALES[args.scale]
+    if args.out is None:  # smoke output is not a result: keep it out of the repository
+        smoke = args.scale == "smoke"
+        args.out = tempfile.mkdtemp(prefix="seqjax_adaptive_smoke_") if smoke else HERE / "results"
+    tfds.disable_progress_bar()  # one line per stage in the log, not raw progress bars
     cfg = sd.default_config()
     cfg.name, cfg.vocab, cfg.path, cfg.download = "text_file", "words", args.data, False
     cfg.data_dir = args.tfds_dir or tempfile.mkdtemp(prefix="seqjax_adaptive_")
@@ -157,7 +164,9 @@ def main(argv=None) -> dict:
                 io_layer_mb=run["io_params"] * 4 / 2**20,
             )  # fmt: skip
         )
-    return write(rows, s, args.scale, Path(args.out), load0)
+    payload = write(rows, s, args.scale, Path(args.out), load0)
+    print(f"wrote {Path(args.out) / f'adaptive_softmax_{args.scale}'}.{{json,md}}")
+    return payload
 
 
 def words_kind(cfg):

@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from seqjax import bench
+from seqjax import bench, tasks
 from seqjax.configs import common as config_files
 from seqjax.train import optim, sharding, state
 from seqjax.train import step as step_lib
@@ -109,8 +109,8 @@ def seqjax_contender(config, vocab_size: int, batches, steps: int):
     config.mesh.data = 1
     mesh = sharding.make_mesh(config.mesh)
     info = SimpleNamespace(task="lm", vocab_size=vocab_size, num_classes=0, pad_id=None)
-    model_cfg = state.model_config(config, info)
-    model = state.make_model(model_cfg, "lm")
+    model_cfg = tasks.model_config(config, info)
+    model = tasks.make_model(model_cfg, "lm")
     tx, schedule = optim.make_optimizer(config.optimizer, steps)
     t = config.data.seq_len
     _, shardings, init = state.create_state(model, tx, (1, t), config.seed, mesh)

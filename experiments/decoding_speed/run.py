@@ -8,7 +8,7 @@ sorted-chunk cache), this times generating a token at context C:
 * **cache**: ``TransformerLM(decode=True)`` one token per step in a jitted ``lax.scan`` of
   ``--cache-steps`` steps starting at position C - steps (the state of a cache at that
   position; contents do not change the work);
-* **recompute**: ``seqjax.train.sampling.prefix_logits`` (what ``seqjax.sample`` does
+* **recompute**: ``seqjax.tasks.sampling.prefix_logits`` (what ``seqjax.sample`` does
   without a cache): the full forward of the ``max_len = C`` buffer, positions after the
   prefix masked, for one token.
 
@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/plot
 
 from seqjax import bench  # noqa: E402
 from seqjax.models import TransformerConfig, TransformerLM, attention_cycle  # noqa: E402
-from seqjax.train import sampling  # noqa: E402
+from seqjax.tasks import sampling  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 V = 256

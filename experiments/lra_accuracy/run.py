@@ -104,13 +104,13 @@ for _row in lra.ROWS:
 
 def task_unavailable(task: str) -> str | None:
     """Why ``task`` cannot run in this checkout (no config file or data set), else None."""
-    from seqjax.data.config import DATASETS
+    from seqjax.data import registry
 
     path = REPO / "configs" / TASKS[task]
     if not path.is_file():
         return f"no configs/{TASKS[task]} in this checkout (the task's data set is not here)"
     name = load_base(task, smoke=True).data.name
-    return None if name in DATASETS else f"data set {name!r} is not in seqjax.data"
+    return None if registry.find(name) else f"data set {name!r} is not in seqjax.data"
 
 
 def options(mechanism: str, t: int, scale: str) -> dict:

@@ -21,11 +21,13 @@ Named patterns (``pattern=...`` in a model config): ``sliding_window`` (``window
 ``dilated`` (``window``, ``dilation``), ``global_tokens`` (``num_global`` plus a sliding
 ``window``), ``bigbird`` (``window`` blocks, ``num_global`` blocks split between the first
 and the last blocks, exactly ``num_random`` random blocks per row outside the band and the
-globals, ``seed``; a block mask laid out as google-research/bigbird's, see
-``bigbird_block_mask``), and the Sparse Transformer's ``strided`` (``stride``) and ``fixed``
-(``stride``, ``c``) patterns of Child et al. 2019 eqs. (§4.2-4.3) as instances. (The
-registered ``sparse_strided``/``sparse_fixed`` mechanisms are faster for those two: they
-split the pattern into two parts whose tables are denser, see ``sparse_blocks``.)
+globals, drawn per head and per layer from ``seed`` and ``layer``; a block layout
+``[H, nq, nk]`` laid out as google-research/bigbird's, see
+``sparse_patterns.bigbird_block_mask``), and the Sparse Transformer's ``strided``
+(``stride``) and ``fixed`` (``stride``, ``c``) patterns of Child et al. 2019 eqs.
+(§4.2-4.3) as instances. (The registered ``sparse_strided``/``sparse_fixed`` mechanisms
+are faster for those two: they split the pattern into two parts whose tables are denser,
+see ``sparse_blocks``.)
 
 **Positions.** With fewer queries than keys (a KV cache, a memory) query i sits at the
 absolute position ``i + S - T`` (bottom-right, as ``causal`` in ``seqjax.attention.masks``),
@@ -34,6 +36,13 @@ and patterns are evaluated there: one query after 9 earlier positions with
 BigBird's layout is drawn over the key blocks and the queries take its last rows, which
 needs ``S - T`` to be a multiple of ``block_size`` (otherwise an error says so). A user
 ``block_mask`` is taken as given (rows = query blocks of this call).
+
+**BigBird per head.** Heads whose random blocks differ run as one call of the engines per
+head (``q[:, :, h]`` with head h's block mask, its own dropout stream ``fold_in(rng, h)``
+and its slice of a score modification), so each head computes only its own blocks; a
+score modification sliced to one head has no kernel form, so those calls run
+``blocksparse`` where ``pallas`` was asked (logged once). ``layer`` (default 0) is folded
+into ``seed``: a model passes its layer index, so every layer draws its own blocks.
 
 **Score modifications** (``score_mod``: ALiBi, T5 bias; ``seqjax.attention.score_mod``;
 RoPE rotates q and k before any mechanism) are added to the scaled logits by every engine
@@ -60,6 +69,9 @@ import numpy as np
 
 from seqjax.attention import blockwise, dense, pallas_blocks, registry, splash
 from seqjax.attention import masks as masks_lib
+from seqjax.attention.sparse_patterns import bigbird_block_mask, check_seed
+
+__all__ = ["bigbird_block_mask", "block_table", "flex_attention", "make_pattern", "Pattern"]
 
 log = logging.getLogger(__name__)
 IMPLEMENTATIONS = ("auto", "blocksparse", "pallas", "splash", "masked")
@@ -75,6 +87,7 @@ OPTIONS = (
     "stride",
     "c",
     "seed",
+    "layer",
     "block_size",
     "implementation",
 )
@@ -109,46 +122,6 @@ class Pattern:
             same = (q // self.stride) == (k // self.stride)
             return same | (k % self.stride >= self.stride - self.c)
         raise ValueError(f"unknown flex pattern {self.kind!r}; valid: {', '.join(PATTERNS)}")
-
-
-def bigbird_block_mask(nq, nk, *, window=1, num_global=1, num_random=1, seed=0, causal=False):
-    """BigBird's block layout ``bool [nq, nk]`` (Zaheer et al. 2020, §2, Fig. 1, App. D),
-    laid out as google-research/bigbird's ``bigbird_block_rand_mask`` does:
-
-    * a band of ``window`` blocks each side (``|i - j| <= window``; BigBird's 3 sliding
-      blocks are ``window=1``);
-    * ``num_global`` global blocks (rows see everything, columns are seen by every row):
-      the first ``ceil(g / 2)`` and the last ``floor(g / 2)`` blocks, so BigBird-ITC's two
-      global blocks are the first and the last (``num_global=2``); ``num_global=1`` is the
-      first block only;
-    * for every other query block, exactly ``num_random`` random key blocks drawn without
-      replacement from the blocks **outside** its band and the globals (and, with
-      ``causal``, before it); fewer only where fewer such blocks exist (short sequences,
-      the first rows of a causal layout).
-
-    Seeded by ``seed`` (numpy; the same layout every call). With ``causal`` the layout is
-    cut to ``j <= i`` (BigBird itself is bidirectional; its causal use is seqjax's).
-    """
-    rng = np.random.default_rng(seed)
-    qb, kb = np.arange(nq)[:, None], np.arange(nk)[None, :]
-    first, last = -(-num_global // 2), num_global // 2
-    global_q = (np.arange(nq) < first) | (np.arange(nq) >= nq - last)
-    global_k = (np.arange(nk) < first) | (np.arange(nk) >= nk - last)
-    band = np.abs(qb - kb) <= window
-    layout = band | global_q[:, None] | global_k[None, :]
-    for i in range(nq):
-        if global_q[i] or not num_random:
-            continue
-        outside = ~band[i] & ~global_k
-        if causal:
-            outside &= np.arange(nk) <= i
-        candidates = np.nonzero(outside)[0]
-        if candidates.size:
-            pick = rng.choice(candidates, min(num_random, candidates.size), replace=False)
-            layout[i, pick] = True
-    if causal:
-        layout &= kb <= qb
-    return layout
 
 
 def make_pattern(pattern: str, *, window=0, dilation=1, num_global=0, stride=0, c=0) -> Pattern:
@@ -233,6 +206,7 @@ def flex_attention(
     stride=0,
     c=0,
     seed=0,
+    layer=0,
     block_size=64,
     implementation="auto",
     score_mod=None,
@@ -246,6 +220,7 @@ def flex_attention(
         ``block_mask`` given.
       mask_fn: ``fn(q_idx, k_idx) -> bool`` (hashable: a module-level function or a
         ``Pattern``); block_mask: ``bool [ceil(T/bs), ceil(S/bs)]`` numpy array.
+      seed, layer: BigBird's random blocks are drawn per head from ``(seed, layer)``.
       block_size: query and key block size of the engines (a power of two >= 16 for the
         Pallas kernels).
       implementation: one of ``IMPLEMENTATIONS``.
@@ -278,10 +253,17 @@ def flex_attention(
                 f"start on a block boundary (S - T = {s - t} a non-negative multiple of "
                 f"block_size={bs}); valid: T == S, or S - T in multiples of block_size"
             )
-        block_mask = bigbird_block_mask(
+        layout_HQK = bigbird_block_mask(
             nk, nk, window=window, num_global=num_global, num_random=num_random, seed=seed,
-            causal=causal,
-        )[offset // bs :]  # fmt: skip
+            layer=layer, num_heads=q.shape[2], causal=causal,
+        )[:, offset // bs :]  # fmt: skip
+        if (layout_HQK != layout_HQK[:1]).any():
+            return _per_head(
+                q, k, v, layout_HQK, block_size=bs, implementation=implementation,
+                dropout_rate=dropout_rate, dropout_rng=dropout_rng, score_mod=score_mod,
+                causal=causal, mask=mask, segment_ids=segment_ids, scale=scale,
+            )  # fmt: skip
+        block_mask = layout_HQK[0]
     elif pattern is not None:
         mask_fn = make_pattern(
             pattern, window=window, dilation=dilation, num_global=num_global, stride=stride, c=c
@@ -342,6 +324,35 @@ def flex_attention(
     )  # fmt: skip
 
 
+def _per_head(q, k, v, layout_HQK, *, implementation, dropout_rng, score_mod, **common):
+    """Attention with one block layout per head (``layout_HQK bool [H, nq, nk]``, BigBird's
+    per-head random blocks) as one ``flex_attention`` call per head on ``[B, T, 1, D]``.
+
+    Head h gets the dropout stream ``fold_in(dropout_rng, h)`` and ``score_mod`` restricted
+    to its head (``ScoreMod.remap(heads=[h])``, which has no kernel form: ``pallas`` then
+    runs ``blocksparse``, logged once). Returns ``[B, T, H, Dv]``.
+    """
+    if score_mod is not None and implementation == "pallas":
+        _log_auto_choice("a score modification of one head (BigBird per head) has no kernel form")
+        implementation = "blocksparse"
+    outs = []
+    for hd in range(layout_HQK.shape[0]):
+        one = slice(hd, hd + 1)
+        outs.append(
+            flex_attention(
+                q[:, :, one],
+                k[:, :, one],
+                v[:, :, one],
+                block_mask=layout_HQK[hd],
+                implementation=implementation,
+                dropout_rng=None if dropout_rng is None else jax.random.fold_in(dropout_rng, hd),
+                score_mod=None if score_mod is None else score_mod.remap(heads=[hd]),
+                **common,
+            )  # fmt: skip
+        )
+    return jnp.concatenate(outs, axis=2)
+
+
 def _score_mod_implementation(implementation: str, score_mod, offset: int) -> str:
     """The implementation that adds ``score_mod``: splash has no bias input (raises;
     ``auto`` on TPU becomes ``blocksparse``), nor do the Pallas kernels for a bias without
@@ -392,6 +403,8 @@ def _validate(options: dict, seq_len: int) -> None:
             v = options.get(name, 0)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
                 raise ValueError(f"flex pattern 'bigbird' option {name} must be >= 0; got {v!r}")
+        check_seed("seed", options.get("seed", 0))
+        check_seed("layer", options.get("layer", 0))
     bs = options.get("block_size", 64)
     if isinstance(bs, bool) or not isinstance(bs, (int, np.integer)) or bs < 1:
         raise ValueError(f"flex option block_size must be a positive integer; got {bs!r}")

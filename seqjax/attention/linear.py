@@ -9,8 +9,11 @@ with phi(x) = elu(x) + 1 (eq. 7) applied to the queries and keys as given: no 1/
 scaling (the feature map replaces the softmax, so there is no temperature; the common
 option ``scale`` is refused). Non-causal: ``S = sum_j phi(K_j) V_j^T`` ``[m, Dv]`` and
 ``z = sum_j phi(K_j)`` ``[m]`` once, then each query costs O(m Dv): time O(N m Dv).
-Causal (§3.3, eq. 8-10): the sums run over j <= i, computed as prefix sums (``cumsum``)
-along the sequence; equivalently the recurrence ``S_i = S_{i-1} + phi(K_i) V_i^T``,
+Causal (§3.3, eq. 8-10): the sums run over j <= i, computed by default in chunks (option
+``chunk``, default 128: quadratic inside a chunk, a running ``[m, Dv]`` state between
+chunks; ``seqjax.attention.linear_chunked``) or, with ``chunk=0``, as prefix sums
+(``cumsum``) along the sequence (a ``[m, Dv]`` state stored per position); equivalently the
+recurrence ``S_i = S_{i-1} + phi(K_i) V_i^T``,
 ``z_i = z_{i-1} + phi(K_i)`` of §3.4, which is the O(1)-state decoding path
 (``recurrent_attention``, registered as the mechanism's ``decode_state``).
 
@@ -37,8 +40,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from seqjax.attention import linear_chunked, registry
 from seqjax.attention import masks as masks_lib
-from seqjax.attention import registry
 
 EPS = 1e-6
 
@@ -76,15 +79,20 @@ def _mask_keys(phi_k_BSHM, mask, b, s):
     return phi_k_BSHM * mask[:, :, None, None].astype(phi_k_BSHM.dtype)
 
 
-def feature_attention(phi_q_BTHM, phi_k_BSHM, v_BSHD, *, causal=False, mask=None, eps=EPS):
+def feature_attention(
+    phi_q_BTHM, phi_k_BSHM, v_BSHD, *, causal=False, mask=None, eps=EPS,
+    chunk=linear_chunked.DEFAULT_CHUNK,
+):  # fmt: skip
     """``phi(Q) S / (phi(Q) z)`` with the sums over visible keys (eq. 6; eq. 9 when causal).
 
     Args:
       phi_q_BTHM, phi_k_BSHM: non-negative features of queries and keys (float32).
       v_BSHD: values.
-      causal: prefix sums, bottom-right aligned (query i sees keys j <= i + S - T).
+      causal: bottom-right aligned (query i sees keys j <= i + S - T).
       mask: ``[B, S]`` key padding (True = keep).
       eps: added to the normaliser (0: exact division, 0 output where no key is visible).
+      chunk: causal only: chunk length of the chunk form (``linear_chunked``); 0 = prefix
+        sums.
 
     Returns:
       float32 ``[B, T, H, Dv]``.
@@ -104,6 +112,9 @@ def feature_attention(phi_q_BTHM, phi_k_BSHM, v_BSHD, *, causal=False, mask=None
         raise ValueError(
             f"causal linear attention needs at least as many keys as queries; got T={t} > S={s}"
         )
+    if chunk:
+        num_BTHD, den_BTH = linear_chunked.causal_sums(phi_q_BTHM, phi_k_BSHM, v_BSHD, chunk=chunk)
+        return _normalise(num_BTHD, den_BTH, eps)
     # Prefix sums over keys (eq. 9-10): S_j = sum_{l<=j} phi(K_l) V_l^T, z_j likewise.
     kv_BSHMD = jnp.cumsum(jnp.einsum("bshm,bshd->bshmd", phi_k_BSHM, v_BSHD), axis=1)
     z_BSHM = jnp.cumsum(phi_k_BSHM, axis=1)
@@ -113,7 +124,10 @@ def feature_attention(phi_q_BTHM, phi_k_BSHM, v_BSHD, *, causal=False, mask=None
     return _normalise(num_BTHD, den_BTH, eps)
 
 
-def recurrent_attention(phi_q_BTHM, phi_k_BTHM, v_BTHD, state=None, *, mask=None, eps=EPS):
+def recurrent_attention(
+    phi_q_BTHM, phi_k_BTHM, v_BTHD, state=None, *, mask=None, eps=EPS,
+    chunk=linear_chunked.DEFAULT_CHUNK,
+):  # fmt: skip
     """Causal attention of T new tokens continuing ``state`` (the RNN of §3.4, eq. 16-20).
 
     Args:
@@ -122,6 +136,8 @@ def recurrent_attention(phi_q_BTHM, phi_k_BTHM, v_BTHD, state=None, *, mask=None
       state: ``{"kv": [B, H, M, Dv], "z": [B, H, M]}`` (float32) after the earlier tokens,
         or None for an empty prefix.
       mask: ``[B, T]`` padding of the new keys (True = keep).
+      chunk: T > 1 new tokens (a prompt) in chunks of this length (``linear_chunked``,
+        no ``[T, M, Dv]`` states); 0 or one token: the cumsum of eq. 18-19.
 
     Returns:
       ``(out float32 [B, T, H, Dv], new_state)``; feeding a sequence in pieces gives the
@@ -136,6 +152,15 @@ def recurrent_attention(phi_q_BTHM, phi_k_BTHM, v_BTHD, state=None, *, mask=None
         }
     phi_k_BTHM = _mask_keys(phi_k_BTHM, mask, b, t)
     v_BTHD = v_BTHD.astype(jnp.float32)
+    if chunk and t > 1:
+        num_BTHD, den_BTH = linear_chunked.causal_sums(
+            phi_q_BTHM, phi_k_BTHM, v_BTHD, chunk=chunk, state=state
+        )
+        new_state = {
+            "kv": state["kv"] + jnp.einsum("bthm,bthd->bhmd", phi_k_BTHM, v_BTHD),
+            "z": state["z"] + phi_k_BTHM.sum(axis=1),
+        }
+        return _normalise(num_BTHD, den_BTH, eps), new_state
     kv_BTHMD = state["kv"][:, None] + jnp.cumsum(
         jnp.einsum("bthm,bthd->bthmd", phi_k_BTHM, v_BTHD), axis=1
     )
@@ -179,8 +204,11 @@ def linear_attention(
     dropout_rate=0.0,
     dropout_rng=None,
     scale=None,
+    chunk=linear_chunked.DEFAULT_CHUNK,
 ):
     """Linear attention with phi = elu + 1 (module docstring), registered as ``"linear"``.
+
+    ``chunk``: causal chunk length (0 = prefix sums); equal results either way.
 
     Returns:
       ``[B, T, H, Dv]`` in the dtype of ``q``.
@@ -189,20 +217,32 @@ def linear_attention(
     registry.check_qkv(q_BTHD, k_BSHD, v_BSHD)
     refuse_unsupported("linear", segment_ids=segment_ids, dropout_rate=dropout_rate)
     _check_scale(scale)
+    chunk = linear_chunked.check_chunk(chunk, "linear")
     out = feature_attention(
-        elu_plus_one(q_BTHD), elu_plus_one(k_BSHD), v_BSHD, causal=causal, mask=mask
-    )
+        elu_plus_one(q_BTHD), elu_plus_one(k_BSHD), v_BSHD, causal=causal, mask=mask,
+        chunk=chunk,
+    )  # fmt: skip
     return out.astype(q_BTHD.dtype)
 
 
-def linear_decode(q_BTHD, k_BTHD, v_BTHD, state=None, *, mask=None, scale=None, **unused):
+def linear_decode(
+    q_BTHD, k_BTHD, v_BTHD, state=None, *, mask=None, scale=None,
+    chunk=linear_chunked.DEFAULT_CHUNK, **unused,
+):  # fmt: skip
     """The ``decode_state`` hook: causal linear attention of new tokens after ``state``."""
     del unused
     _check_scale(scale)
     out, state = recurrent_attention(
-        elu_plus_one(q_BTHD), elu_plus_one(k_BTHD), v_BTHD, state, mask=mask
-    )
+        elu_plus_one(q_BTHD), elu_plus_one(k_BTHD), v_BTHD, state, mask=mask,
+        chunk=linear_chunked.check_chunk(chunk, "linear"),
+    )  # fmt: skip
     return out.astype(q_BTHD.dtype), state
+
+
+def _validate(options: dict, seq_len: int) -> None:
+    """Config-time check of the options (called before anything compiles)."""
+    del seq_len
+    linear_chunked.check_chunk(options.get("chunk", linear_chunked.DEFAULT_CHUNK), "linear")
 
 
 registry.register(
@@ -210,7 +250,9 @@ registry.register(
         name="linear",
         fn=linear_attention,
         decode_state=linear_decode,
-        doc="linear attention (Katharopoulos et al. 2020): phi = elu + 1, causal by prefix "
-        "sums, O(1)-state decoding",
+        options=("chunk",),
+        validate=_validate,
+        doc="linear attention (Katharopoulos et al. 2020): phi = elu + 1, causal in chunks "
+        "(or prefix sums, chunk=0), O(1)-state decoding",
     )
 )

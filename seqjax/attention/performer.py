@@ -10,8 +10,10 @@ The softmax kernel ``SM(q, k) = exp(q^T k)`` is estimated by positive random fea
 applied to ``x = q * sqrt(scale)`` and ``k * sqrt(scale)`` (``scale`` defaults to
 1/sqrt(D), so ``phi(q)^T phi(k)`` estimates ``exp(q^T k / sqrt(D))``). The attention is
 then the kernelized form ``phi(Q) (phi(K)^T V) / (phi(Q) phi(K)^T 1)`` (§2.2, eq. 4-5),
-computed by ``seqjax.attention.linear.feature_attention``: O(T m D); the causal form by
-prefix sums (§2.6 "unidirectional"), with an O(1) recurrent state for decoding.
+computed by ``seqjax.attention.linear.feature_attention``: O(T m D); the causal form
+(§2.6 "unidirectional") in chunks of ``chunk`` positions (default 128: quadratic inside a
+chunk, a running ``[m, D]`` state between chunks, ``seqjax.attention.linear_chunked``) or
+by prefix sums (``chunk=0``), with an O(1) recurrent state for decoding.
 
 Random features (§2.4 "Orthogonal random features"): the m rows of ``W [m, D]`` come in
 blocks of D orthonormal rows (QR of a Gaussian matrix), each row rescaled by the norm of an
@@ -48,11 +50,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax.attention import linear, numerics, registry
+from seqjax.attention import linear, linear_chunked, numerics, registry
 from seqjax.attention.lsh import fallback_key
 
 DEFAULT_FEATURES = 256  # LRA's Performer rows use 256 random features
-OPTIONS = ("num_features", "seed", "redraw", "orthogonal")
+OPTIONS = ("num_features", "seed", "redraw", "orthogonal", "chunk")
 
 
 def check_num_features(num_features) -> int:
@@ -153,6 +155,7 @@ def performer_attention(
     redraw=False,
     orthogonal=True,
     rng=None,
+    chunk=linear_chunked.DEFAULT_CHUNK,
 ):
     """FAVOR+ attention (module docstring), registered as ``"performer"``.
 
@@ -164,6 +167,7 @@ def performer_attention(
       redraw: used by ``module_params`` (a fresh ``W`` per training step).
       orthogonal: orthogonal random features (FAVOR+) or i.i.d. Gaussian rows.
       rng: explicit key of ``W``.
+      chunk: causal chunk length (0 = prefix sums); equal results either way.
 
     Returns:
       ``[B, T, H, Dv]`` in the dtype of ``q``.
@@ -171,12 +175,15 @@ def performer_attention(
     del dropout_rng, redraw
     registry.check_qkv(q_BTHD, k_BSHD, v_BSHD)
     linear.refuse_unsupported("performer", segment_ids=segment_ids, dropout_rate=dropout_rate)
+    chunk = linear_chunked.check_chunk(chunk, "performer")
     scale = numerics.default_scale(scale, q_BTHD.shape[-1])
     w_MD = _projection(q_BTHD, num_features=num_features, seed=seed, orthogonal=orthogonal, rng=rng)
     key_mask = None if mask is None else jnp.broadcast_to(mask.astype(bool), k_BSHD.shape[:2])
     phi_q = query_features(q_BTHD, w_MD, scale)
     phi_k = key_features(k_BSHD, w_MD, scale, mask=key_mask, stabilise=not causal)
-    out = linear.feature_attention(phi_q, phi_k, v_BSHD, causal=causal, mask=mask, eps=0.0)
+    out = linear.feature_attention(
+        phi_q, phi_k, v_BSHD, causal=causal, mask=mask, eps=0.0, chunk=chunk
+    )
     return out.astype(q_BTHD.dtype)
 
 
@@ -192,6 +199,7 @@ def performer_decode(
     seed=0,
     orthogonal=True,
     rng=None,
+    chunk=linear_chunked.DEFAULT_CHUNK,
     **unused,
 ):
     """The ``decode_state`` hook: causal FAVOR+ of new tokens after ``state``."""
@@ -200,7 +208,10 @@ def performer_decode(
     w_MD = _projection(q_BTHD, num_features=num_features, seed=seed, orthogonal=orthogonal, rng=rng)
     phi_q = query_features(q_BTHD, w_MD, scale)
     phi_k = key_features(k_BTHD, w_MD, scale, stabilise=False)
-    out, state = linear.recurrent_attention(phi_q, phi_k, v_BTHD, state, mask=mask, eps=0.0)
+    out, state = linear.recurrent_attention(
+        phi_q, phi_k, v_BTHD, state, mask=mask, eps=0.0,
+        chunk=linear_chunked.check_chunk(chunk, "performer"),
+    )  # fmt: skip
     return out.astype(q_BTHD.dtype), state
 
 
@@ -217,6 +228,7 @@ def _validate(options: dict, seq_len: int) -> None:
     """Config-time check of the options (called before anything compiles)."""
     del seq_len
     check_num_features(options.get("num_features", DEFAULT_FEATURES))
+    linear_chunked.check_chunk(options.get("chunk", linear_chunked.DEFAULT_CHUNK), "performer")
     for name in ("redraw", "orthogonal"):
         if name in options and not isinstance(options[name], bool):
             raise ValueError(
@@ -236,6 +248,6 @@ registry.register(
         validate=_validate,
         decode_state=performer_decode,
         doc="Performer FAVOR+ (Choromanski et al. 2021): positive orthogonal random "
-        "features, causal by prefix sums, O(1)-state decoding",
+        "features, causal in chunks (or prefix sums, chunk=0), O(1)-state decoding",
     )
 )

@@ -66,11 +66,12 @@ class SparseHeads:
 
 @dataclasses.dataclass(frozen=True)
 class BlockLayout:
-    """A block mask ``bool [nb, nb]`` over blocks of ``block`` absolute positions as an
-    element pattern (hashable: the layout is kept as bytes)."""
+    """A block mask ``bool [nb, nb]`` (or one per head, ``[H, nb, nb]``: BigBird's per-head
+    random blocks) over blocks of ``block`` absolute positions as an element pattern
+    (hashable: the layout is kept as bytes); ``[H, ...]`` results when per head."""
 
     data: bytes
-    shape: tuple[int, int]
+    shape: tuple[int, ...]
     block: int
 
     @classmethod
@@ -81,9 +82,9 @@ class BlockLayout:
     def __call__(self, q, k):
         layout = np.frombuffer(self.data, bool).reshape(self.shape)
         xp = _xp(q, k)
-        qb = xp.minimum(q // self.block, self.shape[0] - 1)
-        kb = xp.minimum(k // self.block, self.shape[1] - 1)
-        return xp.asarray(layout)[qb, kb]
+        qb = xp.minimum(q // self.block, self.shape[-2] - 1)
+        kb = xp.minimum(k // self.block, self.shape[-1] - 1)
+        return xp.asarray(layout)[..., qb, kb]
 
 
 def ring_pattern(mechanism: str, options: dict, *, t: int, num_heads: int, causal: bool):
@@ -123,8 +124,11 @@ def ring_pattern(mechanism: str, options: dict, *, t: int, num_heads: int, causa
         nb = -(-t // bs)
         layout = flex.bigbird_block_mask(
             nb, nb, window=options.get("window", 0), num_global=options.get("num_global", 0),
-            num_random=options.get("num_random", 0), seed=options.get("seed", 0), causal=causal,
+            num_random=options.get("num_random", 0), seed=options.get("seed", 0),
+            layer=options.get("layer", 0), num_heads=num_heads, causal=causal,
         )  # fmt: skip
+        if (layout == layout[:1]).all():
+            layout = layout[0]
         return BlockLayout.of(layout, bs), bs
     if name is not None:
         keys = ("window", "dilation", "num_global", "stride", "c")

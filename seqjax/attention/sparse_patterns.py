@@ -24,7 +24,12 @@ The formulas are written once over an array module (numpy or jax.numpy), so the 
 ``pattern`` used for tables, plots and tests and the traced mask of the ``"masked"``
 implementation cannot drift apart.
 
-Legend: T sequence length, H heads; ``[H, T, T]`` masks are (query, key), True = attend.
+**BigBird** (Zaheer et al. 2020, §2, Fig. 1, App. D): ``bigbird_block_mask`` draws the block
+layout of ``flex``'s ``pattern="bigbird"`` (window, global and random blocks), per head and
+per layer as google-research/bigbird does.
+
+Legend: T sequence length, H heads, nq/nk query/key blocks; ``[H, T, T]`` masks are (query,
+key), True = attend; ``[H, nq, nk]`` block layouts likewise per block.
 """
 
 from __future__ import annotations
@@ -191,3 +196,79 @@ def head_patterns(
             part_c = c if part == "summary" else None
             out[hd] |= pattern(part, seq_len, stride, c=part_c, causal=causal, summary_block=k)
     return out
+
+
+def check_seed(name: str, value) -> int:
+    """A non-negative integer seed (``seed``, ``layer``), else a ``ValueError`` naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"flex option {name} must be an integer >= 0; got {value!r}")
+    return int(value)
+
+
+def bigbird_block_mask(
+    nq,
+    nk,
+    *,
+    window=1,
+    num_global=1,
+    num_random=1,
+    seed=0,
+    layer=0,
+    num_heads=None,
+    causal=False,
+):
+    """BigBird's block layout (Zaheer et al. 2020, §2, Fig. 1, App. D), laid out as
+    google-research/bigbird's ``bigbird_block_rand_mask_with_head`` does:
+
+    * a band of ``window`` blocks each side (``|i - j| <= window``; BigBird's 3 sliding
+      blocks are ``window=1``);
+    * ``num_global`` global blocks (rows see everything, columns are seen by every row):
+      the first ``ceil(g / 2)`` and the last ``floor(g / 2)`` blocks, so BigBird-ITC's two
+      global blocks are the first and the last (``num_global=2``); ``num_global=1`` is the
+      first block only;
+    * for every other query block, exactly ``num_random`` random key blocks drawn without
+      replacement from the blocks **outside** its band and the globals (and, with
+      ``causal``, before it); fewer only where fewer such blocks exist (short sequences,
+      the first rows of a causal layout).
+
+    **Per head and per layer.** The random blocks are drawn independently for every head
+    (the original's ``bigbird_block_rand_mask_with_head``) from a numpy generator seeded by
+    ``(seed, layer)``: the original seeds layer ``i`` with ``seed=i`` (its ``encoder.py``),
+    seqjax folds the layer index into the configured ``seed`` (a model passes its layer
+    index as the ``layer`` option, ``seqjax.models.layers.attention_sublayer``). The same
+    arguments give the same layout every call. With ``causal`` the layout is cut to
+    ``j <= i`` (BigBird itself is bidirectional; its causal use is seqjax's).
+
+    Args:
+      nq, nk: query and key blocks.
+      window, num_global, num_random: the structure above (integers >= 0).
+      seed, layer: integers >= 0, folded together into the generator's seed.
+      num_heads: H, or None for one layout (the first head's of the same draw).
+      causal: cut to ``j <= i``.
+
+    Returns:
+      bool ``[H, nq, nk]`` (``[nq, nk]`` when ``num_heads`` is None).
+    """
+    rng = np.random.default_rng([check_seed("seed", seed), check_seed("layer", layer)])
+    qb, kb = np.arange(nq)[:, None], np.arange(nk)[None, :]
+    first, last = -(-num_global // 2), num_global // 2
+    global_q = (np.arange(nq) < first) | (np.arange(nq) >= nq - last)
+    global_k = (np.arange(nk) < first) | (np.arange(nk) >= nk - last)
+    band = np.abs(qb - kb) <= window
+    fixed = band | global_q[:, None] | global_k[None, :]
+    heads = 1 if num_heads is None else int(num_heads)
+    layout_HQK = np.broadcast_to(fixed, (heads, nq, nk)).copy()
+    for hd in range(heads):
+        for i in range(nq):
+            if global_q[i] or not num_random:
+                continue
+            outside = ~band[i] & ~global_k
+            if causal:
+                outside &= np.arange(nk) <= i
+            candidates = np.nonzero(outside)[0]
+            if candidates.size:
+                pick = rng.choice(candidates, min(num_random, candidates.size), replace=False)
+                layout_HQK[hd, i, pick] = True
+    if causal:
+        layout_HQK &= (kb <= qb)[None]
+    return layout_HQK[0] if num_heads is None else layout_HQK

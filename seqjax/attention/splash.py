@@ -257,7 +257,7 @@ def mesh_split(b: int, h: int, *, same_heads: bool) -> MeshSplit | None:
 
     Mosaic kernels cannot be partitioned by XLA ("wrap the call in a shard_map"), so on a
     mesh the kernel runs under ``shard_map``: the batch split as the logical axis rules
-    (``flax.linen.logical_axis_rules``, e.g. ``seqjax.train.sharding.RULES``) split
+    (``flax.linen.logical_axis_rules``, e.g. ``seqjax.models.sharding_rules.RULES``) split
     ``"batch"``, and the heads as they split ``"heads"`` when every head has the same mask
     (a per-head pattern keeps all heads on every device). A dimension the axes do not divide,
     or that no rule names, is whole on every device (correct, replicated work). Meshes

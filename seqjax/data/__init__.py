@@ -12,7 +12,9 @@ Translation (task 'seq2seq'; batches `inputs` [b, S], `targets`/`weights` [b, T]
     refs = seqjax.data.references(cfg, "validation")   # row g of make(..., train=False)
     sacrebleu.corpus_bleu([info.decode(ids) for ids in predictions], [refs])
 
-Files: `config.py` (every field), `api.py` (make/info), `pipeline.py` (grain batch makers and the
+Data sets register themselves (`registry.py`: `DataSet`, `names()`; a new data set is one
+module, `docs/extending.md`). Files: `config.py` (every field), `api.py` (make/info),
+`pipeline.py` (grain batch makers and the
 checkpointable iterator), `store.py` (prepare/read with TFDS), `corpora.py` (LM corpus builders),
 `classification.py` + `listops.py` (LRA tasks), `sources.py` (files, checksums, errors),
 `vocab.py` (bytes/chars), `subword.py` (SentencePiece), `translation.py` + `wmt14.py`
@@ -24,9 +26,12 @@ only need e.g. the ListOps generator start quickly.
 
 import importlib
 
-from seqjax.data.config import DATASETS, default_config
+from seqjax.data.config import default_config
 
 _LAZY = {
+    "names": "registry",
+    "register": "registry",
+    "DataSet": "registry",
     "SPLITS": "api",
     "DataInfo": "api",
     "info": "api",
@@ -40,7 +45,13 @@ _LAZY = {
 __all__ = ["DATASETS", "default_config", *_LAZY]
 
 
+def _datasets() -> tuple[str, ...]:
+    return importlib.import_module("seqjax.data.registry").names()
+
+
 def __getattr__(name):
+    if name == "DATASETS":  # every registered data set (imports the shipped ones)
+        return _datasets()
     if name in _LAZY:
         return getattr(importlib.import_module(f"seqjax.data.{_LAZY[name]}"), name)
     raise AttributeError(f"module 'seqjax.data' has no attribute {name!r}")

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 import numpy as np
 import tensorflow_datasets as tfds
 
-from seqjax.data import listops, sources, subword
+from seqjax.data import listops, pipeline, registry, sources, store, subword
 from seqjax.data.corpora import _CorpusBuilder
 
 
@@ -191,7 +191,6 @@ def _review_text(tokens) -> str:
 
 def _split_reviews(key, split: str) -> tuple[list[str], np.ndarray]:
     """(texts, labels `[N]`) of a prepared `imdb_bytes` split, in the byte reviews' order."""
-    from seqjax.data import store  # store imports this module
 
     src = store.source(key, split)
     try:
@@ -206,7 +205,6 @@ def imdb_vocab(cfg, key) -> subword.SentencePieceVocab:
     """The SentencePiece model of the IMDB train reviews for `config.data` (trained on first
     use, one review a sentence; `subword.model_path` keyed by the tarball's fingerprint and
     the `spm_*`/`vocab_size` options, so pre-training and fine-tuning share the file)."""
-    from seqjax.data import store
 
     opts = subword.options_of(cfg)
     fingerprint = store.metadata(key)["fingerprint"]
@@ -267,12 +265,11 @@ def encoded_path(vocab: subword.SentencePieceVocab, split: str) -> str:
 @functools.lru_cache(maxsize=4)
 def load_reviews(key, split: str, model_file: str) -> SubwordReviews:
     """A split's `SubwordReviews` (encoded and written on first use; read once per process)."""
-    from seqjax.data import store
 
     vocab = subword.SentencePieceVocab(model_file)
     path = encoded_path(vocab, split)
     if not os.path.isfile(path):
-        with store._prepare_lock(os.path.dirname(path), "sentencepiece_encode"):
+        with sources.prepare_lock(os.path.dirname(path), "sentencepiece_encode"):
             if not os.path.isfile(path):
                 t0 = time.perf_counter()
                 texts, labels = _split_reviews(key, split)
@@ -292,10 +289,121 @@ def load_reviews(key, split: str, model_file: str) -> SubwordReviews:
 
 
 class SubwordSource:
-    """Picklable lazy handle on a split's `SubwordReviews` (`api._Source`'s counterpart)."""
+    """Picklable lazy handle on a split's `SubwordReviews` (`store.Source`'s counterpart)."""
 
     def __init__(self, key, split: str, model_file: str):
         self.key, self.split, self.model_file = key, split, model_file
 
     def __call__(self) -> SubwordReviews:
         return load_reviews(self.key, self.split, self.model_file)
+
+
+# ------------------------------------------------- the registered data sets (LRA ListOps, Text)
+
+
+def listops_spec(cfg) -> listops.ListOpsSpec:
+    return listops.ListOpsSpec(
+        seed=int(cfg.seed),
+        train_size=int(cfg.listops_train_size),
+        validation_size=int(cfg.listops_validation_size),
+        test_size=int(cfg.listops_test_size),
+        min_length=int(cfg.listops_min_length),
+        max_length=int(cfg.listops_max_length),
+        max_depth=int(cfg.listops_max_depth),
+        max_args=int(cfg.listops_max_args),
+    )
+
+
+def _tfds_split(cfg, split: str) -> str:
+    # LRA evaluates Text on the test set; aclImdb has no validation split.
+    return "test" if cfg.name == "imdb_bytes" and split == "validation" else split
+
+
+def imdb_encode(text: str) -> np.ndarray:
+    """LRA Text ids: UTF-8 byte + 1 (0 is padding)."""
+    return np.frombuffer(text.encode("utf-8"), np.uint8).astype(np.int32) + 1
+
+
+def imdb_decode(ids) -> str:
+    ids = np.asarray(ids).reshape(-1)
+    return bytes((ids[ids > 0] - 1).astype(np.uint8).tolist()).decode("utf-8", errors="replace")
+
+
+def max_len(cfg) -> int:
+    """The input length: `config.data.max_len`, else the data set's LRA default."""
+    return int(cfg.max_len) if cfg.max_len else int(registry.get(cfg.name).default_max_len)
+
+
+def _info(cfg) -> dict:
+    key = store.dataset_key(cfg)
+    splits = store.builder(key).info.splits
+    fields = dict(name=cfg.name, fingerprint=store.metadata(key)["fingerprint"])
+    if cfg.name == "listops":  # 16 tokens, 10 classes
+        vocab_size, enc, dec = listops.VOCAB_SIZE, listops.encode, listops.decode
+    elif cfg.vocab == "sentencepiece":  # imdb_bytes as subwords
+        vocab = imdb_vocab(cfg, key)
+        vocab_size, enc, dec = vocab.size, vocab.encode, vocab.decode
+        fields.update(subword.spm_fields(vocab))
+    else:  # bytes + 1 (257 ids)
+        vocab_size, enc, dec = 257, imdb_encode, imdb_decode
+    return dict(
+        task="classification",
+        vocab_size=vocab_size,
+        seq_len=max_len(cfg),
+        num_classes=listops.NUM_CLASSES if cfg.name == "listops" else 2,
+        pad_id=0,
+        split_sizes={
+            s: splits[_tfds_split(cfg, s)].num_examples for s in ("train", "validation", "test")
+        },
+        encode=enc,
+        decode=dec,
+        **fields,
+    )
+
+
+def _make(cfg, split: str, train: bool, layout: tuple):
+    key = store.dataset_key(cfg)
+    tfds_split = _tfds_split(cfg, split)
+    n = store.builder(key).info.splits[tfds_split].num_examples
+    length = max_len(cfg)
+    offset = 1 if cfg.name == "imdb_bytes" else 0
+    src = store.Source(key, tfds_split)
+    spec = {}
+    if cfg.vocab == "sentencepiece":  # imdb_bytes as subwords
+        vocab = imdb_vocab(cfg, key)
+        load_reviews(key, tfds_split, vocab.path)  # encoded here, once
+        src, offset = SubwordSource(key, tfds_split, vocab.path), 0
+        spec.update(vocab=f"sentencepiece_{subword.options_of(cfg).tag}")
+    maker = pipeline.Classification(
+        src, n, length, offset, int(cfg.seed) if train else None, *layout
+    )
+    num_steps = None if train else -(-n // layout[0])
+    spec.update(max_len=length, fingerprint=store.metadata(key)["fingerprint"])
+    return maker, num_steps, spec
+
+
+registry.register(
+    registry.DataSet(
+        "listops",
+        kind="texts",
+        task="classification",
+        info=_info,
+        make=_make,
+        builder=SeqjaxListops,
+        builder_config=lambda cfg: listops_config(listops_spec(cfg), int(cfg.listops_num_procs)),
+        default_max_len=2048,  # LRA: ListOps sequences are < 2,000 tokens
+    )
+)
+registry.register(
+    registry.DataSet(
+        "imdb_bytes",
+        kind="texts",
+        task="classification",
+        info=_info,
+        make=_make,
+        vocabs=("bytes", "sentencepiece"),
+        builder=SeqjaxImdbBytes,
+        default_max_len=4096,  # LRA Text 4K (1K: config.data.max_len=1024)
+        subword_options=True,
+    )
+)

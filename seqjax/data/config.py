@@ -14,44 +14,9 @@ import os
 import ml_collections
 from ml_collections import config_dict
 
-DATASETS = (
-    "pystdlib",
-    "text_file",
-    "enwik8",
-    "text8",
-    "listops",
-    "imdb_bytes",
-    "duplication",
-    "translation_jsonl",
-    "wmt14_ende",
-    "copy",
-    "reverse",
-    "fashion_mnist",
-    "cifar10",
-    "aan",
-    "l10n_pairs",
-)
-LM_DATASETS = ("pystdlib", "text_file", "enwik8", "text8", "duplication")
-WORD_DATASETS = ("wikitext103", "wikitext2")  # word-level LM corpora (seqjax/data/wikitext.py)
-DATASETS = DATASETS + WORD_DATASETS
-LM_DATASETS = LM_DATASETS + WORD_DATASETS
-CLASSIFICATION_DATASETS = ("listops", "imdb_bytes")
-TRANSLATION_DATASETS = ("translation_jsonl", "wmt14_ende")
-SEQ2SEQ_DATASETS = (*TRANSLATION_DATASETS, "copy", "reverse")
-# Images (seqjax.data.images): pixel-sequence classification or generation (data.image_task).
-IMAGE_DATASETS = ("fashion_mnist", "cifar10")
-IMAGE_DATASETS = IMAGE_DATASETS + ("imagenet64",)  # downsampled ImageNet 64x64 (imagenet64.py)
-DATASETS = DATASETS + ("imagenet64",)
-VOCABS = ("bytes", "chars", "sentencepiece")
-VOCABS = VOCABS + ("words",)  # Transformer-XL's word vocabulary (seqjax/data/words.py)
-# Corpora with text to split into words (vocab='words').
-WORD_VOCAB_DATASETS = ("pystdlib", "text_file", "enwik8", "text8", *WORD_DATASETS)
-# Two documents a row (seqjax.data.retrieval): LRA Retrieval (AAN) and its offline stand-in.
-PAIR_DATASETS = ("aan", "l10n_pairs")
-# LRA Pathfinder (32x32) and Path-X (128x128), generated (seqjax.data.pathfinder): classified.
-PATHFINDER_DATASETS = ("pathfinder32", "pathx")
-DATASETS = DATASETS + PATHFINDER_DATASETS
-CLASSIFICATION_DATASETS = CLASSIFICATION_DATASETS + PATHFINDER_DATASETS
+# The data sets are registered by their modules (``seqjax.data.registry``; ``names()``). The
+# fields of the shipped ones are declared below; a data set of your own adds its fields with
+# ``DataSet.fields`` (``default_config`` includes them once its module is imported).
 
 
 def _env(name: str):
@@ -62,7 +27,8 @@ def _env(name: str):
 def default_config() -> ml_collections.ConfigDict:
     """Returns the default `config.data` (pystdlib bytes, 64 x 256 random windows)."""
     c = ml_collections.ConfigDict()
-    # Data set: one of DATASETS. 'pystdlib' (this Python's stdlib source, no download),
+    # Data set: one of seqjax.data.names() (the registry). 'pystdlib' (this Python's stdlib
+    # source, no download),
     # 'text_file' (files in `path`), 'enwik8'/'text8' (zips in `manual_dir` or downloaded),
     # 'listops'/'imdb_bytes' (LRA classification), 'duplication' (Reformer's copy task);
     # seq2seq: 'translation_jsonl' (pairs in the JSONL file `path`, e.g. software_l10n),
@@ -185,4 +151,15 @@ def default_config() -> ml_collections.ConfigDict:
     c.packing_align = 1
     # packing a classification set: examples (labels) per row at most (targets [B, K]).
     c.max_examples_per_row = 8
+    for field, default in _registered_fields().items():  # DataSet.fields of imported plug-ins
+        if field not in c:
+            c[field] = default
     return c
+
+
+def _registered_fields() -> dict:
+    """The fields of the data sets registered so far (without importing the shipped ones)."""
+    import sys
+
+    registry = sys.modules.get("seqjax.data.registry")
+    return registry.extra_fields() if registry is not None else {}

@@ -17,9 +17,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import inspect
+import io
+import logging
 import os
 import sys
 import sysconfig
+import tokenize
 import zipfile
 from pathlib import Path
 
@@ -87,6 +90,7 @@ class _CorpusBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
 
     def _split_generators(self, dl_manager):
         data, fingerprint, utf8_cuts = self._read_source(dl_manager)
+        _warn_invalid_utf8(self.name, data)
         a, b = vocab.split_points(len(data), data=data if utf8_cuts else None)
         splits = {"train": data[:a], "validation": data[a:b], "test": data[b:]}
         chars, unk = vocab.char_vocab(splits["train"], (splits["validation"], splits["test"]))
@@ -105,6 +109,20 @@ class _CorpusBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
             yield i, {"index": i, "bytes": chunk}
 
 
+def _warn_invalid_utf8(name: str, data: bytes) -> None:
+    """Says once, while the data are prepared, that ``vocab='chars'`` would turn some bytes
+    of the corpus into U+FFFD (``vocab='bytes'`` keeps them)."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        logging.warning(
+            "seqjax.data %r has invalid UTF-8 (first at byte %d): with config.data.vocab="
+            "'chars' such bytes become U+FFFD; config.data.vocab=bytes keeps every byte",
+            name.removeprefix("seqjax_"),
+            e.start,
+        )
+
+
 # ----------------------------------------------------------------------------------- pystdlib
 
 
@@ -120,6 +138,31 @@ def stdlib_files(root: str | None = None) -> list[Path]:
         dirnames[:] = [d for d in dirnames if d not in skip]
         files += [Path(dirpath, f) for f in filenames if f.endswith(".py")]
     return sorted(files, key=lambda p: p.relative_to(root).as_posix())
+
+
+def stdlib_corpus(files) -> tuple[bytes, list[str]]:
+    """The files' text as one UTF-8 corpus, and the files left out.
+
+    A file in another encoding is transcoded from its PEP 263 declaration (the stdlib's
+    test modules in Latin-1 and KOI8-R), so every character of the corpus is a real one and
+    ``vocab='chars'`` has no U+FFFD; a file that is not text in its declared encoding
+    (deliberately broken test data) is left out, named once when the data are prepared.
+    """
+    parts, skipped = [], []
+    for path in files:
+        raw = Path(path).read_bytes()
+        try:
+            raw.decode("utf-8")
+            parts.append(raw)
+            continue
+        except UnicodeDecodeError:
+            pass
+        try:
+            encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
+            parts.append(raw.decode(encoding).encode("utf-8"))
+        except (SyntaxError, UnicodeDecodeError, LookupError):
+            skipped.append(str(path))
+    return b"".join(parts), skipped
 
 
 @dataclasses.dataclass(eq=False)
@@ -141,6 +184,12 @@ class SeqjaxPystdlib(_CorpusBuilder):
     """The running Python's standard library source as one byte corpus (no download needed)."""
 
     ABOUT = "The .py files of the Python standard library, concatenated in sorted path order."
+    VERSION = tfds.core.Version("1.1.0")
+    RELEASE_NOTES = {
+        "1.0.0": "First seqjax release.",
+        "1.1.0": "Valid UTF-8: files in another declared encoding transcoded to UTF-8, "
+        "undecodable ones left out.",
+    }
 
     def _read_source(self, dl_manager):
         files = stdlib_files(self.builder_config.root)
@@ -149,7 +198,14 @@ class SeqjaxPystdlib(_CorpusBuilder):
                 f"seqjax.data 'pystdlib': no .py files under {self.builder_config.root}; this "
                 "Python has no standard library sources (choose config.data.name='text_file')."
             )
-        data = b"".join(p.read_bytes() for p in files)
+        data, skipped = stdlib_corpus(files)
+        if skipped:  # said once, here, not at every later use of the prepared data
+            logging.warning(
+                "seqjax.data 'pystdlib': left out %d file(s) that are not text in their "
+                "declared encoding: %s",
+                len(skipped),
+                ", ".join(skipped),
+            )
         return data, hashlib.sha256(data).hexdigest(), True
 
 

@@ -219,3 +219,6 @@ class SeqjaxImagenet64(_ClassificationBuilder):
             "validation": self._generate_examples(held_out(last, VALIDATION)),
             "test": self._generate_examples(held_out(TEST_FILE, None)),
         }
+
+
+images.register_images("imagenet64", SeqjaxImagenet64)

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from seqjax.data import pipeline, sources
+from seqjax.data import pipeline, registry, sources, store
 from seqjax.data.classification import _ClassificationBuilder
 
 BOS_ID = 256  # generation: the id that starts every image (never a target)
@@ -421,3 +421,42 @@ def maker(cfg, split: str, train: bool, layout, key, source, store):
         m = pipeline.Classification(source, n, spec.num_dims, 0, seed, *layout)
     extra = dict(image_task=image_task(cfg), fingerprint=store.metadata(key)["fingerprint"])
     return m, (None if train else math.ceil(n / layout[0])), extra
+
+
+# ------------------------------------------------------------ the registered data sets
+
+
+def _validate(cfg, bad) -> None:
+    config_problems(cfg, bad)
+
+
+def _info(cfg) -> dict:
+    return info_fields(cfg, store.dataset_key(cfg), store)
+
+
+def _make(cfg, split: str, train: bool, layout: tuple):
+    key = store.dataset_key(cfg)
+    made, num_steps, _ = maker(cfg, split, train, layout, key, store.Source(key, split), store)
+    return made, num_steps, {}  # the batches' spec: the common fields (as it always was)
+
+
+def register_images(name: str, builder: type) -> registry.DataSet:
+    """Registers the image data set ``name`` (its ``SPECS`` entry and TFDS builder)."""
+    return registry.register(
+        registry.DataSet(
+            name,
+            kind="images",
+            task=lambda cfg: (
+                "image_generation" if image_task(cfg) == "generation" else "classification"
+            ),
+            info=_info,
+            make=_make,
+            validate=_validate,
+            builder=builder,
+            default_max_len=SPECS[name].num_pixels,  # all pixels
+        )
+    )
+
+
+register_images("fashion_mnist", SeqjaxFashionMnist)
+register_images("cifar10", SeqjaxCifar10)

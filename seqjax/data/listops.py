@@ -25,6 +25,8 @@ import random
 
 import numpy as np
 
+from seqjax.data.sources import DataError
+
 VALUE_P = 0.25  # LRA: probability that a node (above max depth) is an operator
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
 END = "]"
@@ -36,6 +38,9 @@ VOCAB_SIZE = 16
 NUM_CLASSES = 10
 TOKENS = ("<pad>",) + tuple(str(d) for d in range(10)) + OPERATORS + (END,)
 JOB_SIZE = 250
+# Trees drawn in a row without one of an accepted length before a job gives up (the LRA
+# range accepts ~1 tree in 12, a range of 1900-2000 ~1 in 550: never near this).
+MAX_REJECTS_IN_A_ROW = 50_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +56,9 @@ class ListOpsSpec:
     max_depth: int = 10
     max_args: int = 10
 
+    def __post_init__(self):
+        check_spec(self)
+
     @property
     def total(self) -> int:
         return self.train_size + self.validation_size + self.test_size
@@ -60,6 +68,45 @@ class ListOpsSpec:
         return (
             f"s{self.seed}_n{self.train_size}_{self.validation_size}_{self.test_size}"
             f"_len{self.min_length}_{self.max_length}_d{self.max_depth}_a{self.max_args}"
+        )
+
+
+def longest_tree(max_depth: int, max_args: int) -> int:
+    """Tokens of the longest tree the generator can draw: every node above ``max_depth`` an
+    operator with ``max_args`` arguments (``L(d) = 2 + max_args * L(d + 1)``, ``L(max) = 1``)."""
+    length = 1
+    for _ in range(max_depth - 1):
+        length = 2 + max_args * length
+        if length > 1 << 40:
+            break
+    return length
+
+
+def check_spec(spec: ListOpsSpec) -> None:
+    """``DataError`` naming the ``config.data.listops_*`` field that makes generation
+    impossible (an empty split, an empty or unreachable length range)."""
+    f = "config.data.listops_"
+    for split in ("train", "validation", "test"):
+        n = getattr(spec, f"{split}_size")
+        if n < 1:
+            raise DataError(f"{f}{split}_size={n}: every split needs examples; valid: 1 or more")
+    if spec.max_depth < 1 or spec.max_args < 2:
+        raise DataError(
+            f"{f}max_depth={spec.max_depth}, {f}max_args={spec.max_args}: valid: max_depth >= 1"
+            " and max_args >= 2"
+        )
+    if spec.min_length < 0 or spec.max_length - spec.min_length < 2:
+        raise DataError(
+            f"{f}min_length={spec.min_length} and {f}max_length={spec.max_length}: trees are "
+            "kept when min_length < length < max_length, so no length fits; valid: "
+            "0 <= min_length <= max_length - 2"
+        )
+    longest = longest_tree(spec.max_depth, spec.max_args)
+    if spec.min_length + 1 > longest:
+        raise DataError(
+            f"{f}min_length={spec.min_length}: with {f}max_depth={spec.max_depth} and "
+            f"{f}max_args={spec.max_args} no tree is longer than {longest} tokens; valid: "
+            f"min_length < {longest} (or raise max_depth/max_args)"
         )
 
 
@@ -102,14 +149,25 @@ def generate_job(spec: ListOpsSpec, job: int, job_size: int = JOB_SIZE) -> list[
     """Job `job`'s `job_size` accepted trees as (token bytes, label)."""
     rng = random.Random(f"listops/{spec.seed}/{job}")
     found = []
+    rejects = 0
     while len(found) < job_size:
         out: list[int] = []
         try:
             label = _tree(rng, 1, spec, out)
         except _TooLong:
-            continue
-        if spec.min_length < len(out) < spec.max_length:
+            label = None
+        if label is not None and spec.min_length < len(out) < spec.max_length:
             found.append((bytes(out), label))
+            rejects = 0
+            continue
+        rejects += 1
+        if rejects >= MAX_REJECTS_IN_A_ROW:
+            raise DataError(
+                f"ListOps generation makes no progress: {rejects:,} trees in a row had a length "
+                f"outside config.data.listops_min_length={spec.min_length} < length < "
+                f"listops_max_length={spec.max_length}; widen that range (LRA: 500 < length < "
+                "2000) or change listops_max_depth/listops_max_args"
+            )
     return found
 
 
@@ -146,11 +204,18 @@ def generate(
             if num_procs > 1 and n_jobs > 4 and pool is None:
                 pool = multiprocessing.get_context("spawn").Pool(min(num_procs, n_jobs))
             results = pool.imap(_generate_job_star, jobs) if pool else map(_generate_job_star, jobs)
+            before = len(examples)
             for found in results:
                 for tokens, label in found:
                     if tokens not in seen and len(examples) < spec.total:
                         seen.add(tokens)
                         examples.append((tokens, label))
+            if len(examples) == before:  # a whole round of jobs drew only duplicates
+                raise DataError(
+                    f"ListOps generation makes no progress: only {len(examples):,} distinct trees "
+                    f"exist with these config.data.listops_* settings, {spec.total:,} are needed "
+                    "(train + validation + test sizes); lower the sizes or widen the length range"
+                )
     finally:
         if pool is not None:
             pool.terminate()

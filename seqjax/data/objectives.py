@@ -1,5 +1,6 @@
 """Pre-training objectives over the text data sets: BERT's masked LM (``config.data.objective
-= 'mlm'``).
+= 'mlm'``) and the LM of example texts (``'lm'``); T5's span corruption is
+``span_corruption.py``.
 
 Masked LM (Devlin et al. 2019, §3.1 "Task #1" and Appendix A.1): of every sequence's real
 tokens, each is *chosen* with probability ``mlm_probability`` (15%); a chosen token is
@@ -39,14 +40,22 @@ import math
 
 import numpy as np
 
-from seqjax.data import packing, pipeline, subword
+from seqjax.data import packing, pipeline, registry, span_corruption
 
 OBJECTIVES = ("", "mlm", "span_corruption")
 OBJECTIVES += ("lm",)  # causal LM over the example texts of imdb_bytes/listops (packing.py)
 # The task (seqjax.tasks) whose batches each objective makes.
 TASK_OF = {"mlm": "mlm", "span_corruption": "seq2seq", "lm": "lm"}
-EXAMPLE_TEXTS = ("imdb_bytes", "listops")
-LM_CORPORA = ("pystdlib", "text_file", "enwik8", "text8")
+
+
+def _example_texts() -> tuple[str, ...]:  # 'lm' and 'mlm' read their example texts
+    return registry.names("texts")
+
+
+def _corpora() -> tuple[str, ...]:  # 'span_corruption' and 'mlm' read windows of a corpus
+    return registry.names("corpus")
+
+
 # Salts that keep the objectives' hash streams apart from the pipelines' own (1, 2, 3).
 _SALT_CHOOSE, _SALT_ACTION, _SALT_RANDOM = 11, 12, 13
 
@@ -172,10 +181,10 @@ def mlm_problems(cfg) -> list[tuple[str, object, str]]:
     if objective not in OBJECTIVES:
         problems.append(("objective", objective, "'' (the data set's own task), 'mlm', "
                          "'span_corruption' or 'lm'"))  # fmt: skip
-    if objective == "lm" and cfg.get("name") not in EXAMPLE_TEXTS:
+    if objective == "lm" and cfg.get("name") not in _example_texts():
         problems.append(("objective", objective, "'' for this data set (an LM corpus is the "
-                         "LM task already); 'lm' reads the example texts of imdb_bytes or "
-                         "listops, one document per example"))  # fmt: skip
+                         "LM task already); 'lm' reads the example texts of "
+                         f"{' or '.join(_example_texts())}, one document per example"))  # fmt: skip
     if objective == "mlm":
         p = cfg.get("mlm_probability")
         if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0 < p < 1:
@@ -187,30 +196,17 @@ def mlm_problems(cfg) -> list[tuple[str, object, str]]:
             problems.append(("mlm_whole_word", ww, "False for listops and vocab='words' (their "
                              "tokens are whole words already; whole-word masking is for "
                              "sentencepiece pieces, bytes and chars)"))  # fmt: skip
-        if cfg.get("name") in ("duplication", "translation_jsonl", "wmt14_ende", "copy", "reverse"):
-            problems.append(("objective", objective,
-                             "'' for this data set; 'mlm' needs a text data set (pystdlib, "
-                             "text_file, enwik8, text8, imdb_bytes, listops)"))  # fmt: skip
+        texts = _corpora() + _example_texts()
+        if cfg.get("name") in registry.names() and cfg.get("name") not in texts:
+            problems.append(("objective", objective, "'' for this data set; 'mlm' needs a "
+                             f"text data set ({', '.join(texts)})"))  # fmt: skip
     if objective != "mlm" and cfg.get("mlm_whole_word", False) not in (False, None):
         problems.append(("mlm_whole_word", cfg.get("mlm_whole_word"), "False unless "
                          "objective='mlm'"))  # fmt: skip
     if objective and cfg.get("lm_batching") == "stream":
         problems.append(("lm_batching", "stream", f"'random' with objective={objective!r}"))
     if objective == "span_corruption":
-        if cfg.get("name") not in LM_CORPORA:
-            problems.append(("objective", objective, "'' for this data set; 'span_corruption' "
-                             f"needs a text corpus ({', '.join(LM_CORPORA)})"))  # fmt: skip
-        if cfg.get("vocab") != "sentencepiece":
-            problems.append(("vocab", cfg.get("vocab"), "'sentencepiece' with "
-                             "objective='span_corruption' (pad 0, BOS, EOS ids; T5)"))  # fmt: skip
-        S, T = cfg.get("max_source_len"), cfg.get("max_target_len")
-        if isinstance(S, int) and S >= 8 and isinstance(T, int):
-            need = corrupted_lengths(raw_length(S))[1]
-            if T < need:
-                problems.append(("max_target_len", T, f">= {need} (the spans of a "
-                                 f"max_source_len={S} window, EOS included)"))  # fmt: skip
-        elif not isinstance(S, int) or S < 8:
-            problems.append(("max_source_len", S, "an integer >= 8"))
+        problems += span_corruption.problems(cfg)
     return problems
 
 
@@ -274,132 +270,21 @@ def eval_windows(n: int, seq_len: int) -> int:
     return math.ceil((n - 1) / seq_len)
 
 
-# ------------------------------------------------------------------ span corruption (T5)
-
-SPAN_NOISE, SPAN_MEAN = 0.15, 3.0  # Raffel et al. 2020, §3.1.4 / §3.3.4
-_SALT_SPANS = 14
-
-
-def span_lengths(raw_len: int, noise: float = SPAN_NOISE, mean: float = SPAN_MEAN):
-    """``(noise tokens, spans)`` of a ``raw_len``-token window (T5's rounding, >= 1 each)."""
-    n_noise = min(max(int(round(raw_len * noise)), 1), raw_len - 1)
-    n_spans = max(int(round(n_noise / mean)), 1)
-    return n_noise, n_spans
-
-
-def corrupted_lengths(raw_len: int) -> tuple[int, int]:
-    """``(source, target)`` lengths, EOS included, of a corrupted ``raw_len`` window."""
-    n_noise, n_spans = span_lengths(raw_len)
-    return raw_len - n_noise + n_spans + 1, n_noise + n_spans + 1
-
-
-def raw_length(max_source_len: int) -> int:
-    """The longest window whose corrupted source fits ``max_source_len`` (EOS included)."""
-    raw = max_source_len
-    while raw > 2 and corrupted_lengths(raw)[0] > max_source_len:
-        raw -= 1
-    while corrupted_lengths(raw + 1)[0] <= max_source_len:
-        raw += 1
-    return raw
-
-
-def _segments(n: int, k: int, keys) -> np.ndarray:
-    """Lengths of a uniformly random split of ``n`` items into ``k`` non-empty segments."""
-    if k <= 1:
-        return np.array([n], np.int64)
-    order = np.argsort(pipeline.hash_u64(*keys, np.arange(n - 1)), kind="stable")
-    cuts = np.sort(order[: k - 1] + 1)
-    return np.diff(np.concatenate([[0], cuts, [n]]))
-
-
-def corrupt_spans(tokens: np.ndarray, keys, *, sentinel0: int, eos_id: int):
-    """T5 span corruption of one window (Raffel et al. 2020, §3.1.4, Fig. 2): 15% of the
-    tokens in spans of mean length 3, each span replaced in the source by one sentinel
-    (``sentinel0``, ``sentinel0 + 1``, ...); the target lists each sentinel and its span.
-
-    Returns ``(source ids + EOS, target ids + EOS)`` (int32).
-    """
-    n = len(tokens)
-    n_noise, n_spans = span_lengths(n)
-    noise = _segments(n_noise, n_spans, (*keys, 1))
-    keep = _segments(n - n_noise, n_spans, (*keys, 2))
-    src, tgt, at = [], [], 0
-    for i in range(n_spans):  # keep, then noise: the window starts with kept text
-        src.append(tokens[at : at + keep[i]])
-        at += keep[i]
-        src.append([sentinel0 + i])
-        tgt.append([sentinel0 + i])
-        tgt.append(tokens[at : at + noise[i]])
-        at += noise[i]
-    src.append(tokens[at:])
-    src.append([eos_id])
-    tgt.append([eos_id])
-    return np.concatenate(src).astype(np.int32), np.concatenate(tgt).astype(np.int32)
-
-
-def num_sentinels(max_source_len: int) -> int:
-    """Sentinel ids appended past the vocabulary: the spans of the longest window."""
-    return span_lengths(raw_length(max_source_len))[1]
-
-
-class SpanCorruption:
-    """Wraps an LM window maker (``pipeline.LMRandomWindows`` / ``LMEvalWindows`` of
-    ``raw_length`` tokens) into seq2seq batches: ``inputs [b, S]``, ``targets [b, T]``,
-    ``weights [b, T]`` (1 on real target tokens), 0 = padding, sentinels ``V, V+1, ...``."""
-
-    def __init__(self, base, *, seed: int, stream: int, sentinel0: int, eos_id: int,
-                 source_len: int, target_len: int, num_tokens: int = 0):  # fmt: skip
-        self.base, self.seed, self.stream = base, seed, stream
-        self.sentinel0, self.eos_id = sentinel0, eos_id
-        self.source_len, self.target_len, self.num_tokens = source_len, target_len, num_tokens
-
-    def rows(self, step: int) -> np.ndarray:
-        return self.base.rows(step)
-
-    def __call__(self, step: int) -> dict[str, np.ndarray]:
-        batch = self.base(step)
-        windows = batch["inputs"]
-        rows_b = self.base.rows(step)
-        raw = windows.shape[1]
-        b = len(rows_b)
-        inputs = np.zeros((b, self.source_len), np.int32)
-        targets = np.zeros((b, self.target_len), np.int32)
-        for r, g in enumerate(rows_b.tolist()):
-            n = raw
-            if self.num_tokens:  # evaluation windows: only the split's tokens
-                n = int(np.clip(self.num_tokens - g * raw, 0, raw))
-            if n < 2:
-                continue
-            src, tgt = corrupt_spans(windows[r, :n], (self.seed, _SALT_SPANS, self.stream, g),
-                                     sentinel0=self.sentinel0, eos_id=self.eos_id)  # fmt: skip
-            inputs[r, : len(src)] = src
-            targets[r, : len(tgt)] = tgt
-        return {"inputs": inputs, "targets": targets, "weights": (targets > 0).astype(np.float32)}
-
-
 # ------------------------------------ the objectives' DataInfo and iterators (`api` calls)
 
 
 def base_data(cfg):
     """`config.data` without its objective: the text data set the objective reads."""
-    base = cfg.copy_and_resolve_references()
-    with base.unlocked():
-        base.objective, base.packing = "", False
-        if "mlm_whole_word" in base:
-            base.mlm_whole_word = False
-        if cfg.get("objective") == "span_corruption":  # windows of the raw (uncorrupted) length
-            base.seq_len = raw_length(int(cfg.max_source_len))
-    return base
+    return packing.base_data(cfg)
 
 
-def make_mlm(cfg, split: str, process_index: int, process_count: int, train: bool):
-    """The base data set's batches with BERT masking (`api.make` with objective='mlm')."""
-    from seqjax.data import api
-
+def make_mlm(cfg, split, process_index, process_count, train, base_make, base_info):
+    """The base data set's batches with BERT masking (`api.make` with objective='mlm');
+    `base_make`/`base_info` are `api.make`/`api.info`."""
     base_cfg = base_data(cfg)
     with base_cfg.unlocked():
         base_cfg.num_workers, base_cfg.prefetch = 0, 0  # only its maker is used
-    base = api.make(
+    base = base_make(
         base_cfg,
         split=split,
         process_index=process_index,
@@ -408,7 +293,7 @@ def make_mlm(cfg, split: str, process_index: int, process_count: int, train: boo
     )
     base.close()
     maker, num_steps = base.maker, base.num_steps
-    kind = "classification" if cfg.name in api.CLASSIFICATION_DATASETS else "lm"
+    kind = "lm" if registry.get(cfg.name).task_of(base_cfg) == "lm" else "classification"
     n = len(maker.tokens()) if isinstance(maker, pipeline.LMEvalWindows) else 0
     eff = None
     if cfg.get("packing"):
@@ -419,7 +304,7 @@ def make_mlm(cfg, split: str, process_index: int, process_count: int, train: boo
         eff = packing.log_efficiency(maker, split)
         num_steps = None if train else math.ceil(maker.num_rows() / maker.global_batch)
         kind = "packed"
-    wrapped = wrap_mlm(maker, cfg, api.info(cfg), split=split, train=train, kind=kind,
+    wrapped = wrap_mlm(maker, cfg, mlm_info(cfg, base_info), split=split, train=train, kind=kind,
                        num_tokens=n)  # fmt: skip
     spec = {**base.spec, "objective": "mlm", "mlm_probability": float(cfg.mlm_probability),
             "packing": bool(cfg.get("packing"))}  # fmt: skip
@@ -435,56 +320,22 @@ def make_mlm(cfg, split: str, process_index: int, process_count: int, train: boo
     return it
 
 
-def span_info(cfg):
-    """The corpus's SentencePiece info as seq2seq data with T5 sentinels past its vocabulary."""
-    from seqjax.data import api
-
-    base = api.info(base_data(cfg))
-    V, K = base.vocab_size, num_sentinels(int(cfg.max_source_len))
-
-    def decode(ids):
-        ids = np.asarray(ids).reshape(-1)
-        parts, run = [], []
-        for i in ids.tolist():
-            if i >= V:
-                parts.append(base.decode(np.array(run, np.int32)) + f"<extra_id_{i - V}>")
-                run = []
-            else:
-                run.append(i)
-        return "".join(parts) + base.decode(np.array(run, np.int32))
-
+def mlm_info(cfg, base_info):
+    """The text data set's info, [MASK] appended (task 'mlm'); `base_info` is `api.info`."""
+    base = base_info(base_data(cfg))
     return dataclasses.replace(
-        base, task="seq2seq", vocab_size=V + K, seq_len=int(cfg.max_source_len),
-        target_len=int(cfg.max_target_len), pad_id=subword.PAD_ID, decode=decode,
-    )  # fmt: skip
-
-
-def make_spans(cfg, split: str, process_index: int, process_count: int, train: bool):
-    """The corpus's windows, T5 span-corrupted into seq2seq batches (`api.make`)."""
-    from seqjax.data import api
-
-    base_cfg = base_data(cfg)
-    with base_cfg.unlocked():
-        base_cfg.num_workers, base_cfg.prefetch = 0, 0  # only its maker is used
-    base = api.make(
-        base_cfg,
-        split=split,
-        process_index=process_index,
-        process_count=process_count,
-        train=train,
+        base, task="mlm", vocab_size=base.vocab_size + 1, mask_id=base.vocab_size
     )
-    base.close()
-    maker = base.maker
-    n = len(maker.tokens()) if isinstance(maker, pipeline.LMEvalWindows) else 0
-    inf = api.info(cfg)
-    wrapped = SpanCorruption(
-        maker, seed=int(cfg.seed), stream=0 if train else 1 + api.SPLITS.index(split),
-        sentinel0=inf.vocab_size - num_sentinels(int(cfg.max_source_len)),
-        eos_id=subword.EOS_ID, source_len=int(cfg.max_source_len),
-        target_len=int(cfg.max_target_len), num_tokens=n,
-    )  # fmt: skip
-    spec = {**base.spec, "objective": "span_corruption", "max_source_len": int(cfg.max_source_len),
-            "max_target_len": int(cfg.max_target_len)}  # fmt: skip
-    return pipeline.DataIterator(
-        wrapped, base.num_steps, spec, num_workers=int(cfg.num_workers), prefetch=int(cfg.prefetch)
-    )
+
+
+def lm_info(cfg, base_info):
+    """The LM of example texts (`packing.make` without packing): the texts' info, task 'lm'."""
+    return dataclasses.replace(base_info(base_data(cfg)), task="lm", num_classes=None)
+
+
+def _make_lm(cfg, split, process_index, process_count, train, base_make, base_info):
+    return packing.make(cfg, split, process_index, process_count, train, base_make)
+
+
+registry.register_objective(registry.Objective("mlm", "mlm", mlm_info, make_mlm))
+registry.register_objective(registry.Objective("lm", "lm", lm_info, _make_lm))

@@ -32,11 +32,12 @@ What a row holds per task (``PackedRows``; the tasks read these fields):
 ``data.packing_align`` (default 1) starts every example at a multiple of it: mechanisms whose
 pattern depends on absolute positions (LRA ``local`` blocks, ``sparse_fixed`` and flex
 ``fixed`` blocks of ``stride``) equal their unpacked selves when the alignment is a multiple
-of that period (``alignment``); translation-invariant ones (dense in every implementation,
-causal, sparse_strided, flex sliding_window/dilated/strided) need none.
+of that period (``seqjax.tasks.packing_checks.alignment``); translation-invariant ones
+(dense in every implementation, causal, sparse_strided, flex sliding_window/dilated/strided)
+need none.
 
 Mechanisms whose outputs mix positions across a row cannot honour segments and refuse
-packing (``NO_SEGMENTS``; ``refusal``). LM corpora (pystdlib, text_file, enwik8, text8,
+packing (``seqjax.tasks.packing_checks``). LM corpora (pystdlib, text_file, enwik8, text8,
 wikitext, duplication) are one dense token stream already: packing is refused there.
 
 Legend: B global batch, b per-process batch, T row length (slots), S source row length,
@@ -50,99 +51,33 @@ import logging
 
 import numpy as np
 
-from seqjax.data import pipeline
+from seqjax.data import pipeline, registry
 
-# Mechanisms (config.model.attention) that cannot honour segment_ids, and why.
-NO_SEGMENTS = {
-    "linformer": "its projections E K, F V mix every position of a row, so packed examples "
-    "would attend to each other",
-    "relative": "Transformer-XL's memory carries the previous segment's states into the next",
-    "linear": "its running sums over the row would mix the examples",
-    "performer": "its running sums over the row would mix the examples",
-    "lsh": "its hash buckets are sorted and chunked over the whole row, so the other examples "
-    "change which keys a query sees",
-}
-# Data sets packing serves, by objective ('' = the data set's own task).
-PACKABLE = {
-    "": ("imdb_bytes", "listops", "translation_jsonl", "wmt14_ende", "copy", "reverse"),
-    "mlm": ("imdb_bytes", "listops"),
-    "lm": ("imdb_bytes", "listops"),
-}
-SEQ2SEQ = ("translation_jsonl", "wmt14_ende", "copy", "reverse")
+# Kinds of data set (``seqjax.data.registry``) packing serves, by objective ('' = the data
+# set's own task): example texts and translation pairs; generated seq2seq pairs too.
+PACKABLE_KINDS = {"": ("texts", "translation"), "mlm": ("texts",), "lm": ("texts",)}
 
 
-def refusal(config) -> str | None:
-    """What ``config.data.packing`` must be when the model cannot honour segments (the
-    ``valid`` clause of config validation's message), else None."""
-    from seqjax.models import memory
-
-    kind = memory.kind(config)
-    if memory.kinds().get(kind) is not None:
-        return (f"False with model.kind={kind!r} (the recurrent memory crosses example "
-                "boundaries)")  # fmt: skip
-    names = [n.strip() for n in str(config.model.attention).split(",") if n.strip()]
-    if config.data.get("name") in SEQ2SEQ:  # the decoder's self-attention too
-        names += [n.strip() for n in str(config.model.get("decoder_attention") or "").split(",")]
-    for name in names:
-        if name in NO_SEGMENTS:
-            return f"False with model.attention={name!r} ({NO_SEGMENTS[name]})"
-        if name == "flex":
-            opts = _options(config, name)
-            if opts.get("pattern") in (None, "bigbird", "global_tokens"):
-                what = opts.get("pattern") or "a mask_fn/block_mask"
-                return (f"False with flex {what!r} (its pattern is tied to absolute positions "
-                        "of the row, so a packed example would see another pattern)")  # fmt: skip
-    return None
+def packable(objective: str) -> tuple[str, ...]:
+    """The data sets that packing serves with ``objective``."""
+    out = []
+    for name in registry.names():
+        ds = registry.get(name)
+        if ds.kind in PACKABLE_KINDS.get(objective, ()) or (
+            objective == "" and ds.kind == "generated" and ds.task == "seq2seq"
+        ):
+            out.append(name)
+    return tuple(out)
 
 
-def _options(config, name: str) -> dict:
-    opts = (config.model.get("attention_options") or {}).get(name) or {}
-    return dict(opts.to_dict() if hasattr(opts, "to_dict") else opts)
-
-
-def alignment(config) -> int:
-    """The period packed examples must start at a multiple of for the model's mechanisms to
-    see each example as if alone (1: translation-invariant mechanisms)."""
-    from seqjax.attention import local, sparse
-
-    period = 1
-    names = [n.strip() for n in str(config.model.attention).split(",") if n.strip()]
-    if config.data.get("name") in SEQ2SEQ:  # the decoder's self-attention too
-        names += [n.strip() for n in str(config.model.get("decoder_attention") or "").split(",")]
-    for name in names:
-        opts = _options(config, name)
-        if name == "local":
-            p = int(opts.get("block_len", local.DEFAULT_BLOCK_LEN))
-        elif name == "sparse_fixed":
-            p = int(opts.get("stride") or sparse.auto_stride(_row_len(config)))
-        elif name == "flex" and opts.get("pattern") == "fixed":
-            p = int(opts.get("stride", 1))
-        else:
-            p = 1
-        period = int(np.lcm(period, max(p, 1)))
-    return period
-
-
-def _row_len(config) -> int:
-    from seqjax import tasks
-
-    task = tasks.registry.for_data_config(config.data)
-    return int(task.input_length(config)) if task else int(config.data.seq_len)
-
-
-def model_problems(config, bad) -> None:
-    """``bad(field, value, valid)`` for a packed config the model cannot serve exactly."""
-    if not config.data.get("packing"):
-        return
-    refused = refusal(config)
-    if refused:
-        bad("data.packing", True, refused)
-        return
-    need, align = alignment(config), config.data.get("packing_align", 1)
-    if isinstance(align, int) and align % need:
-        bad("data.packing_align", align, f"a multiple of {need} with model.attention="
-            f"{config.model.attention!r} (its blocks start at multiples of {need}; packed "
-            "examples must too to see the pattern they see alone)")  # fmt: skip
+def base_data(cfg):
+    """`config.data` without objective and packing: the data set whose examples are packed."""
+    base = cfg.copy_and_resolve_references()
+    with base.unlocked():
+        base.objective, base.packing = "", False
+        if "mlm_whole_word" in base:
+            base.mlm_whole_word = False
+    return base
 
 
 def problems(cfg) -> list[tuple[str, object, str]]:
@@ -153,10 +88,10 @@ def problems(cfg) -> list[tuple[str, object, str]]:
     if packing is not True:
         return [("packing", packing, "True or False")]
     objective = cfg.get("objective") or ""
-    if cfg.get("name") not in PACKABLE.get(objective, ()):
+    if cfg.get("name") not in packable(objective):
         why = ("LM corpora are one dense token stream already, with no example boundaries "
                "to keep")  # fmt: skip
-        ok = "; ".join(f"objective={o!r} on {', '.join(n)}" for o, n in PACKABLE.items())
+        ok = "; ".join(f"objective={o!r} on {', '.join(packable(o))}" for o in PACKABLE_KINDS)
         return [("packing", packing, f"False here ({why}), or True with {ok}")]
     out = []
     align = cfg.get("packing_align", 1)
@@ -410,16 +345,17 @@ def iterator(maker: PackedRows, cfg, split: str, train: bool, spec: dict):
     return it
 
 
-def make(cfg, split: str, process_index: int, process_count: int, train: bool):
+def make(cfg, split: str, process_index: int, process_count: int, train: bool, base_make):
     """The packed iterator of ``config.data`` (``api.make`` with ``data.packing``), and the
-    one-document-per-row LM of example texts (``objective='lm'`` without packing)."""
-    from seqjax.data import api, objectives, seq2seq
+    one-document-per-row LM of example texts (``objective='lm'`` without packing);
+    ``base_make`` is ``api.make`` (for the unpacked data set's maker)."""
+    from seqjax.data import seq2seq
 
-    base_cfg = objectives.base_data(cfg)
+    base_cfg = base_data(cfg)
     with base_cfg.unlocked():
         base_cfg.num_workers, base_cfg.prefetch = 0, 0  # only its maker is used
-    base = api.make(base_cfg, split=split, process_index=process_index,
-                    process_count=process_count, train=train)  # fmt: skip
+    base = base_make(base_cfg, split=split, process_index=process_index,
+                     process_count=process_count, train=train)  # fmt: skip
     base.close()
     m, objective = base.maker, cfg.get("objective") or ""
     layout = (m.global_batch, process_index, process_count)

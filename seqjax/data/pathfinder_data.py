@@ -30,11 +30,10 @@ import sys
 import numpy as np
 import tensorflow_datasets as tfds
 
-from seqjax.data import images, pathfinder, pipeline, store
+from seqjax.data import images, pathfinder, pipeline, registry, store
 from seqjax.data.classification import _ClassificationBuilder
 
-TFDS_NAMES = {"pathfinder32": "seqjax_pathfinder32", "pathx": "seqjax_pathx"}
-DATASETS = tuple(TFDS_NAMES)
+DATASETS = ("pathfinder32", "pathx")
 CHUNK = {32: 1024, 128: 128}  # images per generation job (not part of the data's definition)
 
 
@@ -90,13 +89,6 @@ class SeqjaxPathfinder32(_PathfinderBuilder):
 
 class SeqjaxPathx(_PathfinderBuilder):
     ABOUT = "LRA Path-X: 128x128 contour images (seqjax's generator), 16,384 uint8 pixels."
-
-
-# Known to `seqjax.data.store` (which prepares and reads every TFDS data set) by name.
-for _name, _tfds in TFDS_NAMES.items():
-    store.TFDS_NAMES.setdefault(_name, _tfds)
-store._BUILDERS.setdefault("seqjax_pathfinder32", SeqjaxPathfinder32)
-store._BUILDERS.setdefault("seqjax_pathx", SeqjaxPathx)
 
 
 def fingerprint(spec: pathfinder.PathfinderSpec) -> str:
@@ -175,9 +167,9 @@ def info_fields(cfg) -> dict:
     )
 
 
-def maker(cfg, split: str, train: bool, layout, source_cls):
-    """`(maker, num_steps, spec_extra)` of a split (`api.make`'s Pathfinder branch);
-    `source_cls(key, split)` is api's picklable data-source handle."""
+def maker(cfg, split: str, train: bool, layout, source_cls=store.Source):
+    """`(maker, num_steps, spec_extra)` of a split; `source_cls(key, split)` is a picklable
+    data-source handle (`store.Source`)."""
     key = dataset_key(cfg)
     side = pathfinder.PRESETS[cfg.name].size
     n = store.builder(key).info.splits[split].num_examples
@@ -188,6 +180,22 @@ def maker(cfg, split: str, train: bool, layout, source_cls):
         contour_length=key.config.spec.contour_length,
     )
     return m, (None if train else math.ceil(n / layout[0])), extra
+
+
+for _name, _builder in (("pathfinder32", SeqjaxPathfinder32), ("pathx", SeqjaxPathx)):
+    registry.register(
+        registry.DataSet(
+            _name,
+            kind="images",
+            task="classification",
+            info=info_fields,
+            make=maker,
+            validate=config_problems,
+            builder=_builder,
+            builder_config=builder_config,
+            default_max_len=pathfinder.PRESETS[_name].size ** 2,  # all pixels
+        )
+    )
 
 
 def save_examples(path, per_class: int = 4, seed: int = 0) -> None:

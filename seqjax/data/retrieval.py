@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow_datasets as tfds
 
-from seqjax.data import pipeline, sources, translation
+from seqjax.data import classification, pipeline, registry, sources, store, translation
 from seqjax.data.corpora import _CorpusBuilder
 from seqjax.data.sources import DataError
 
@@ -275,39 +275,53 @@ class PairBatches(pipeline._Maker):
 
 
 def _key_and_sizes(cfg):
-    from seqjax.data import store  # store imports this module
-
     key = store.dataset_key(cfg)
     splits = store.builder(key).info.splits
     return key, {s: splits[s].num_examples for s in ("train", "validation", "test")}
 
 
-def info_fields(cfg, max_len: int) -> dict:
+def info_fields(cfg) -> dict:
     """``DataInfo`` fields of a pair data set (prepares it on first use)."""
-    from seqjax.data import api, store
-
     key, sizes = _key_and_sizes(cfg)
     return dict(
         name=cfg.name,
         task="pair_classification",
         vocab_size=VOCAB_SIZE,
-        seq_len=max_len,
+        seq_len=classification.max_len(cfg),
         num_classes=NUM_CLASSES,
         pad_id=0,
         fingerprint=store.metadata(key)["fingerprint"],
         split_sizes=sizes,
-        encode=api._imdb_encode,
-        decode=api._imdb_decode,
+        encode=classification.imdb_encode,
+        decode=classification.imdb_decode,
     )
 
 
-def maker(cfg, split: str, train: bool, layout: tuple, max_len: int):
+def maker(cfg, split: str, train: bool, layout: tuple):
     """``(maker, num_steps, spec additions)`` of one split (``seqjax.data.api.make``)."""
-    from seqjax.data import api, store
-
     key, sizes = _key_and_sizes(cfg)
-    n = sizes[split]
-    source = api._Source(key, split)
+    n, max_len = sizes[split], classification.max_len(cfg)
+    source = store.Source(key, split)
     made = PairBatches(source, n, max_len, int(cfg.seed) if train else None, *layout)
     num_steps = None if train else math.ceil(n / layout[0])
     return made, num_steps, {"max_len": max_len, "fingerprint": store.metadata(key)["fingerprint"]}
+
+
+def _heldout_problems(cfg, bad) -> None:
+    h = cfg.get("heldout_fraction")
+    if not isinstance(h, (int, float)) or isinstance(h, bool) or not 0 < h < 0.5:
+        bad("heldout_fraction", h, "a number 0 < heldout_fraction < 0.5")
+
+
+_PAIRS = dict(kind="pairs", task="pair_classification", info=info_fields, make=maker)
+registry.register(registry.DataSet("aan", builder=SeqjaxAan, default_max_len=4000, **_PAIRS))
+registry.register(
+    registry.DataSet(
+        "l10n_pairs",
+        builder=SeqjaxL10nPairs,
+        builder_config=l10n_pairs_config,
+        validate=_heldout_problems,
+        default_max_len=128,
+        **_PAIRS,
+    )
+)

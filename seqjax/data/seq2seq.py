@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from seqjax.data import store, subword, translation
+from seqjax.data import registry, store, subword, translation, wmt14
 from seqjax.data.pipeline import _Maker, hash_u64
 from seqjax.data.subword import EOS_ID, SpmOptions
 
@@ -320,3 +320,77 @@ def references(cfg, split: str, side: str = "target") -> list[str]:
         )
     s, t = texts(store.dataset_key(cfg), split)
     return list(t if side == "target" else s)
+
+
+# ------------------------------------------------------------ the registered data sets
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def config_problems(cfg, bad) -> None:
+    """Calls `bad(field, value, valid)` for the seq2seq fields of `config.data`."""
+    name = cfg.name
+    for field in ("max_source_len", "max_target_len"):
+        if not _is_int(cfg.get(field)) or cfg.get(field) < 2:
+            bad(field, cfg.get(field), "an integer >= 2 (at least one id + EOS)")
+    if name in SYNTHETIC_DATASETS:
+        S, T = cfg.get("max_source_len"), cfg.get("max_target_len")
+        if _is_int(S) and _is_int(T) and T < S:
+            bad("max_target_len", T, f"an integer >= max_source_len={S} for {name}")
+        if not _is_int(cfg.get("copy_vocab_size")) or cfg.copy_vocab_size < 5:
+            bad("copy_vocab_size", cfg.get("copy_vocab_size"), "an integer >= 5 (4 special ids)")
+        if not _is_int(cfg.get("dup_eval_size")) or cfg.dup_eval_size < 1:
+            bad("dup_eval_size", cfg.get("dup_eval_size"), "a positive integer")
+    if name == "translation_jsonl":
+        h = cfg.get("heldout_fraction")
+        if not isinstance(h, (int, float)) or isinstance(h, bool) or not 0 < h < 0.5:
+            bad("heldout_fraction", h, "a number 0 < heldout_fraction < 0.5")
+        if not isinstance(cfg.get("source_lang"), str) or not cfg.source_lang:
+            bad("source_lang", cfg.get("source_lang"), "a language field of the file, e.g. 'en'")
+    if name == "wmt14_ende":
+        pair = (cfg.get("source_lang"), cfg.get("target_lang") or None)
+        if pair not in (("en", "de"), ("en", None), ("de", "en"), ("de", None)):
+            bad("source_lang", pair[0], "'en' (target_lang 'de' or None) or 'de' (target 'en')")
+
+
+_TRANSLATION = dict(
+    kind="translation",
+    task="seq2seq",
+    info=info_fields,
+    make=maker,
+    vocabs=("sentencepiece",),
+    vocab_note="a subword vocabulary",
+    validate=config_problems,
+    subword_options=True,
+    references=references,
+)
+registry.register(
+    registry.DataSet(
+        "translation_jsonl",
+        builder=translation.SeqjaxTranslationJsonl,
+        builder_config=translation.translation_jsonl_config,
+        **_TRANSLATION,
+    )
+)
+registry.register(
+    registry.DataSet(
+        "wmt14_ende",
+        builder=wmt14.SeqjaxWmt14Ende,
+        builder_config=wmt14.wmt14_config,
+        **_TRANSLATION,
+    )
+)
+for _name in SYNTHETIC_DATASETS:
+    registry.register(
+        registry.DataSet(
+            _name,
+            kind="generated",
+            task="seq2seq",
+            info=info_fields,
+            make=maker,
+            vocabs=registry.VOCABS[:3],
+            validate=config_problems,
+        )
+    )

@@ -8,7 +8,9 @@ dataset's fingerprint, recorded in the TFDS dataset info.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import os
 from collections.abc import Iterable, Sequence
@@ -177,6 +179,28 @@ def check_prepared(metadata: dict, *, dataset: str, accept_mismatch: bool, where
         )
 
 
+# While a data set is prepared (``recording``): every source ``find_source`` returned, as
+# ``(candidates, dataset, path)`` (``seqjax.data.source_stamp`` keys the prepared data by them).
+_FOUND: list | None = None
+
+
+@contextlib.contextmanager
+def recording():
+    """Collects the sources ``find_source`` returns inside the block (a list, yielded)."""
+    global _FOUND
+    outer, _FOUND = _FOUND, []
+    try:
+        yield _FOUND
+    finally:
+        _FOUND = outer
+
+
+def _found(candidates: Sequence[str], dataset: str, path: Path) -> Path:
+    if _FOUND is not None:
+        _FOUND.append((tuple(candidates), dataset, str(path)))
+    return path
+
+
 def find_source(
     candidates: Sequence[str],
     *,
@@ -210,13 +234,13 @@ def find_source(
             for path in dict.fromkeys((root / base, root / dataset / base, root / name)):
                 searched.append(str(path))
                 if path.is_file():
-                    return path
+                    return _found(candidates, dataset, path)
     with_url = [n for n in candidates if n in KNOWN_SOURCES and KNOWN_SOURCES[n].url]
     urls = [KNOWN_SOURCES[n].url for n in with_url]
     error = None
     if download and dl_manager is not None and urls:
         try:
-            return Path(dl_manager.download(urls[0]))
+            return _found(candidates, dataset, Path(dl_manager.download(urls[0])))
         except Exception as e:  # noqa: BLE001 - any network failure ends in the message below
             error = e
     names = " or ".join(Path(n).name for n in candidates)
@@ -235,3 +259,18 @@ def find_source(
     elif urls and not download:
         lines.append("Downloads are off (config.data.download=False).")
     raise SourceMissingError(" ".join(lines))
+
+
+@contextlib.contextmanager
+def prepare_lock(data_dir: str, name: str):
+    """An exclusive ``flock`` on ``data_dir/.name.lock`` (no-op for non-local paths)."""
+    if "://" in str(data_dir):
+        yield
+        return
+    os.makedirs(data_dir, exist_ok=True)
+    with open(os.path.join(data_dir, f".{name}.lock"), "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

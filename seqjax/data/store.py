@@ -8,66 +8,16 @@ LM split into memory as token ids (cached per process: enwik8's train split is 9
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import fcntl
 import functools
 import os
 
 import numpy as np
 import tensorflow_datasets as tfds
 
-import seqjax.data.images as images
-from seqjax.data import (
-    classification,
-    corpora,
-    imagenet64,
-    listops,
-    retrieval,
-    sources,
-    subword,
-    translation,
-    wmt14,
-)
+from seqjax.data import corpora, registry, source_stamp, sources, subword
 from seqjax.data import vocab as vocab_lib
-from seqjax.data import wikitext as wikitext_lib
 from seqjax.data import words as words_lib
-
-# config.data.name -> TFDS builder name (classes in corpora.py and classification.py).
-TFDS_NAMES = {
-    "pystdlib": "seqjax_pystdlib",
-    "text_file": "seqjax_text_file",
-    "enwik8": "seqjax_enwik8",
-    "text8": "seqjax_text8",
-    "listops": "seqjax_listops",
-    "imdb_bytes": "seqjax_imdb_bytes",
-    "translation_jsonl": "seqjax_translation_jsonl",
-    "wmt14_ende": "seqjax_wmt14_ende",
-    "fashion_mnist": "seqjax_fashion_mnist",
-    "cifar10": "seqjax_cifar10",
-    "imagenet64": "seqjax_imagenet64",
-    "wikitext103": "seqjax_wikitext103",
-    "wikitext2": "seqjax_wikitext2",
-    "aan": "seqjax_aan",
-    "l10n_pairs": "seqjax_l10n_pairs",
-}
-_BUILDERS = {
-    "seqjax_pystdlib": corpora.SeqjaxPystdlib,
-    "seqjax_text_file": corpora.SeqjaxTextFile,
-    "seqjax_enwik8": corpora.SeqjaxEnwik8,
-    "seqjax_text8": corpora.SeqjaxText8,
-    "seqjax_listops": classification.SeqjaxListops,
-    "seqjax_imdb_bytes": classification.SeqjaxImdbBytes,
-    "seqjax_translation_jsonl": translation.SeqjaxTranslationJsonl,
-    "seqjax_wmt14_ende": wmt14.SeqjaxWmt14Ende,
-    "seqjax_fashion_mnist": images.SeqjaxFashionMnist,
-    "seqjax_cifar10": images.SeqjaxCifar10,
-    "seqjax_imagenet64": imagenet64.SeqjaxImagenet64,
-    "seqjax_wikitext103": wikitext_lib.SeqjaxWikitext103,
-    "seqjax_wikitext2": wikitext_lib.SeqjaxWikitext2,
-    "seqjax_aan": retrieval.SeqjaxAan,
-    "seqjax_l10n_pairs": retrieval.SeqjaxL10nPairs,
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +31,7 @@ class DatasetKey:
     config: tfds.core.BuilderConfig | None = dataclasses.field(
         default=None, compare=False, hash=False
     )
+    builder_cls: type | None = dataclasses.field(default=None, compare=False, hash=False)
 
 
 def data_dir_of(cfg) -> str:
@@ -89,54 +40,34 @@ def data_dir_of(cfg) -> str:
     return os.path.abspath(os.path.expanduser(path))
 
 
-def listops_spec(cfg) -> listops.ListOpsSpec:
-    return listops.ListOpsSpec(
-        seed=int(cfg.seed),
-        train_size=int(cfg.listops_train_size),
-        validation_size=int(cfg.listops_validation_size),
-        test_size=int(cfg.listops_test_size),
-        min_length=int(cfg.listops_min_length),
-        max_length=int(cfg.listops_max_length),
-        max_depth=int(cfg.listops_max_depth),
-        max_args=int(cfg.listops_max_args),
-    )
-
-
 def dataset_key(cfg) -> DatasetKey:
-    """The prepared data set that `config.data` names (checks text_file paths and checksums)."""
-    name = cfg.name
+    """The prepared data set that `config.data` names (its `DataSet.builder_config` checks
+    e.g. text_file paths and checksums)."""
+    ds = registry.get(cfg.name)
     options = corpora.SourceOptions(
         manual_dir=cfg.manual_dir or os.environ.get("SEQJAX_DATA_DIR") or None,
         download=bool(cfg.download),
         accept_checksum_mismatch=bool(cfg.accept_checksum_mismatch),
     )
-    if name == "pystdlib":
-        config = corpora.pystdlib_config()
-    elif name == "text_file":
-        config = corpora.text_file_config(
-            cfg.path or "", accept_checksum_mismatch=options.accept_checksum_mismatch
-        )
-    elif name == "listops":
-        config = classification.listops_config(listops_spec(cfg), int(cfg.listops_num_procs))
-    elif name == "translation_jsonl":
-        config = translation.translation_jsonl_config(cfg)
-    elif name == "wmt14_ende":
-        config = wmt14.wmt14_config(cfg)
-    elif name == "l10n_pairs":
-        config = retrieval.l10n_pairs_config(cfg)
-    elif name in ("pathfinder32", "pathx"):  # the module registers its builders here
-        from seqjax.data import pathfinder_data  # noqa: PLC0415 (it imports this module)
-
-        config = pathfinder_data.builder_config(cfg)
-    else:
-        config = None
+    config = ds.builder_config(cfg) if ds.builder_config else None
     return DatasetKey(
-        tfds_name=TFDS_NAMES[name],
+        tfds_name=ds.tfds_name,
         config_name=config.name if config else "",
         data_dir=data_dir_of(cfg),
         options=options,
         config=config,
+        builder_cls=ds.builder,
     )
+
+
+class Source:
+    """Picklable lazy handle on one split's TFDS data source (grain workers open it)."""
+
+    def __init__(self, key: DatasetKey, split: str):
+        self.key, self.split = key, split
+
+    def __call__(self):
+        return source(self.key, self.split)
 
 
 def _builder_kwargs(key: DatasetKey) -> dict:
@@ -146,19 +77,7 @@ def _builder_kwargs(key: DatasetKey) -> dict:
     return kwargs
 
 
-@contextlib.contextmanager
-def _prepare_lock(data_dir: str, name: str):
-    """An exclusive ``flock`` on ``data_dir/.name.lock`` (no-op for non-local paths)."""
-    if "://" in str(data_dir):
-        yield
-        return
-    os.makedirs(data_dir, exist_ok=True)
-    with open(os.path.join(data_dir, f".{name}.lock"), "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+_prepare_lock = sources.prepare_lock  # (the name classification.py and older code use)
 
 
 @functools.lru_cache(maxsize=32)
@@ -169,11 +88,17 @@ def builder(key: DatasetKey) -> tfds.core.DatasetBuilder:
     # (the builder is created under the lock so that it reads the finished dataset's info).
     with _prepare_lock(key.data_dir, key.tfds_name):
         existed = os.path.isdir(_prepared_dir(key))
+        stamp = source_stamp.stamp_path(key.data_dir, key.tfds_name, key.config_name)
+        if existed:  # reused by name: a manual_dir with another archive is named
+            source_stamp.check(stamp, key.options.manual_dir, _prepared_dir(key))
         try:
-            b = _BUILDERS[key.tfds_name](data_dir=key.data_dir, **_builder_kwargs(key))
-            b.download_and_prepare(
-                download_config=tfds.download.DownloadConfig(manual_dir=key.options.manual_dir)
-            )
+            b = key.builder_cls(data_dir=key.data_dir, **_builder_kwargs(key))
+            with sources.recording() as found:
+                b.download_and_prepare(
+                    download_config=tfds.download.DownloadConfig(manual_dir=key.options.manual_dir)
+                )
+            if not existed:
+                source_stamp.write(stamp, found)
             meta = dict(b.info.metadata)  # read lazily: a damaged metadata.json fails here
         except (sources.DataError, sources.SourceMissingError, sources.ChecksumMismatchError):
             raise

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 import numpy as np
 import sentencepiece as spm
 
+from seqjax.data import sources
 from seqjax.data.sources import DataError
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
@@ -148,12 +149,23 @@ def ensure_model(path: str, sentences_fn, opts: SpmOptions) -> str:
       sentences_fn: () -> the training split's sentences (called only when training).
       opts: the model options.
     """
-    if os.path.isfile(path):
+    if os.path.isfile(path) and _parses(path):
         return path
-    from seqjax.data.store import _prepare_lock  # the lock that guards TFDS preparation
 
     folder = os.path.dirname(path)
-    with _prepare_lock(folder, "sentencepiece"):
+    with sources.prepare_lock(folder, "sentencepiece"):
+        if os.path.isfile(path) and not _parses(path):
+            # Damaged (truncated, overwritten): kept aside and retrained, as a deleted one is
+            # (the same sentences and options give the same bytes).
+            aside = f"{path}.damaged"
+            os.replace(path, aside)
+            _processor.cache_clear()
+            logging.warning(
+                "the SentencePiece model %s is damaged (it does not parse); moved it to %s "
+                "and training it again from the prepared data",
+                path,
+                aside,
+            )
         if not os.path.isfile(path):
             sentences = sentences_fn()
             logging.info(
@@ -167,9 +179,25 @@ def ensure_model(path: str, sentences_fn, opts: SpmOptions) -> str:
     return path
 
 
+def _parses(path: str) -> bool:
+    """Whether ``path`` holds a SentencePiece model (not a truncated or foreign file)."""
+    try:
+        spm.SentencePieceProcessor(model_file=path)
+    except (RuntimeError, OSError):
+        return False
+    return True
+
+
 @functools.lru_cache(maxsize=8)
 def _processor(path: str) -> spm.SentencePieceProcessor:
-    return spm.SentencePieceProcessor(model_file=path)
+    try:
+        return spm.SentencePieceProcessor(model_file=path)
+    except (RuntimeError, OSError) as e:
+        reason = (str(e).strip().splitlines() or ["unreadable"])[0][:200]
+        raise DataError(
+            f"the SentencePiece model {path} cannot be read ({reason}); delete it and rerun the "
+            "training command, which trains it again from the prepared data"
+        ) from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,3 +250,12 @@ class SentencePieceVocab:
         if EOS_ID in ids:
             ids = ids[: ids.index(EOS_ID)]
         return self.processor.decode([i for i in ids if i not in (PAD_ID, BOS_ID)])
+
+
+def spm_fields(vocab) -> dict:
+    """The `DataInfo` fields of a SentencePiece vocabulary (none for other vocabularies)."""
+    if not isinstance(vocab, SentencePieceVocab):
+        return {}
+    return dict(
+        bos_id=BOS_ID, eos_id=EOS_ID, vocab_file=vocab.path, vocab_fingerprint=vocab.fingerprint
+    )

@@ -91,6 +91,13 @@ def _read_jsonl(path: str, mtime_ns: int, size: int, source_lang: str, target_la
                                 f"{lineno} has {found}); valid: "
                                 f"{', '.join(repr(k) for k in found)}."
                             )
+                    if target_lang == source_lang:
+                        others = [k for k in found if k != source_lang]
+                        raise sources.DataError(
+                            f"config.data.target_lang={target_lang!r} is the source language "
+                            f"(config.data.source_lang): a translation needs two; valid for "
+                            f"{path}: {', '.join(repr(k) for k in others) or 'none'}."
+                        )
                 src, tgt = obj.get(source_lang), obj.get(target_lang)
                 if not isinstance(src, str) or not isinstance(tgt, str):
                     fail(lineno, f"fields '{source_lang}'/'{target_lang}' missing or not strings")

@@ -15,6 +15,8 @@ zip you trust; its digest names the prepared data and the vocabulary).
 
 from __future__ import annotations
 
+import socket
+import urllib.parse
 import zipfile
 
 from seqjax.data import corpora, sources, vocab
@@ -46,6 +48,24 @@ def read_splits(path, name: str) -> dict[str, bytes]:
         ) from e
 
 
+def _download(dl_manager, name: str, zip_name: str, manual_dir) -> str:
+    """The zip from ``URLS[name]``; with no route to its host (checked in 5 s, before TFDS's
+    minutes of retries) or a failed download, one sentence naming the data set and
+    ``manual_dir`` (``sources.SourceMissingError``, exit 2)."""
+    url = URLS[name]
+    host = urllib.parse.urlparse(url).hostname
+    try:
+        socket.create_connection((host, 443), timeout=5).close()
+        return dl_manager.download(url)
+    except Exception as e:  # noqa: BLE001 - any network failure ends in the sentence below
+        raise sources.SourceMissingError(
+            f"seqjax.data '{name}' needs {zip_name}, which is not in config.data.manual_dir "
+            f"(now {manual_dir!r}; default: env SEQJAX_DATA_DIR) and could not be downloaded "
+            f"from {url} ({type(e).__name__}: {e}): download it elsewhere and pass its folder "
+            "as --config.data.manual_dir"
+        ) from e
+
+
 class _WikiText(corpora._CorpusBuilder, skip_registration=True):
     """A WikiText zip with its own train/valid/test files."""
 
@@ -61,7 +81,7 @@ class _WikiText(corpora._CorpusBuilder, skip_registration=True):
         except sources.SourceMissingError:
             if not (self._options.download and dl_manager is not None):
                 raise
-            path = dl_manager.download(URLS[name])
+            path = _download(dl_manager, name, self.ZIP, self._options.manual_dir)
         digest = sources.check_sha256(path, accept_mismatch=self._options.accept_checksum_mismatch)
         splits = read_splits(path, name)
         chars, unk = vocab.char_vocab(splits["train"], (splits["validation"], splits["test"]))

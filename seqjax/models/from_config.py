@@ -1,14 +1,12 @@
-"""The model a job config describes: ``TransformerConfig`` and the Flax module.
+"""The ``TransformerConfig`` a job config describes.
 
 ``config.model`` (an ``ml_collections.ConfigDict``) and the data's ``DataInfo`` (vocabulary,
-task, classes) give a ``TransformerConfig``; the data's task (``seqjax.tasks``) sets what is
-its own (causal or not, the classes) and picks the module (the LM, the classifier; the LM
-task builds a recurrent model, ``seqjax.models.memory``, when ``config.model.kind`` says so).
+padding id, image shape) give a ``TransformerConfig``; the caller (the data's task,
+``seqjax.tasks``) passes what is its own (causal or not, the classes) and picks the module
+(``seqjax.tasks.model_build``).
 """
 
 from __future__ import annotations
-
-import flax.linen as nn
 
 from seqjax.models import memory
 from seqjax.models.transformer import TransformerConfig, attention_cycle
@@ -20,14 +18,6 @@ def attention_options(config) -> dict:
     opts = {k: dict(v.to_dict() if hasattr(v, "to_dict") else v or {}) for k, v in raw.items()}
     rec = memory.recurrence(config)
     return rec.attention_options(config, opts) if rec else opts
-
-
-def model_config(config, info) -> TransformerConfig:
-    """``TransformerConfig`` from ``config.model`` and the data's ``DataInfo`` (its task's
-    ``model_config``)."""
-    from seqjax import tasks
-
-    return tasks.get(info.task).model_config(config, info)
 
 
 def transformer_config(config, info, *, causal: bool, num_classes: int = 0) -> TransformerConfig:
@@ -72,19 +62,3 @@ def _positional_and_adaptive(m) -> dict:
             adaptive_tie_projs=a.tie_projs,
         )
     return out
-
-
-def make_model(cfg: TransformerConfig, task, *, decode: bool = False) -> nn.Module:
-    """The module of ``task`` (a name or a ``seqjax.tasks.Task``) for ``cfg``: e.g.
-    ``TransformerLM`` for 'lm', ``TransformerClassifier`` for 'classification'."""
-    from seqjax import tasks
-
-    return tasks.get(task).make_model(cfg, decode=decode)
-
-
-def build_model(config, cfg: TransformerConfig, task) -> nn.Module:
-    """The module that trains, as ``task`` builds it (the LM task: a recurrent kind's model,
-    ``seqjax.models.memory``, else ``TransformerLM``)."""
-    from seqjax import tasks
-
-    return tasks.get(task).build_model(config, cfg)

@@ -5,7 +5,7 @@ positional embeddings, and the sublayers every model builds from its config (``n
 Legend: B batch, T query length, S key length, H heads, D head dim, E model width (embed),
 F feed-forward width (mlp), L max length, M memory length (Transformer-XL).
 
-Logical axis names on parameters (mapped to mesh axes by ``seqjax.train.sharding``):
+Logical axis names on parameters (mapped to mesh axes by ``seqjax.models.sharding_rules``):
 ``vocab``, ``embed``, ``heads``, ``kv``, ``mlp``, ``length``.
 """
 
@@ -246,6 +246,17 @@ def residual_init_scale(cfg) -> float:
 NORM_POSITIONS = ("pre", "post")
 
 
+def with_layer_index(mechanism: str, options: tuple, layer: int) -> tuple[str, tuple]:
+    """``(mechanism, options)`` with ``layer`` added for mechanisms that take a ``layer``
+    option (``flex``: BigBird's random blocks are drawn per layer, as google-research/
+    bigbird seeds layer i with ``seed=i``), unless the options set it already."""
+    opts = dict(options)
+    if "layer" in attention_lib.spec(mechanism).options and "layer" not in opts:
+        opts["layer"] = int(layer)
+        return mechanism, freeze_options(opts)
+    return mechanism, options
+
+
 def attention_sublayer(
     cfg,
     layer: int,
@@ -270,7 +281,8 @@ def attention_sublayer(
     normalizes the sum, Vaswani et al. 2017, §3.1); the caller adds the residual.
 
     Layer ``layer`` uses ``cfg.layer_attention(layer)`` unless ``attention`` (``(mechanism,
-    options)``) overrides it. With ``memory_BME`` (``[B, M, E]``, Transformer-XL, Dai et al.
+    options)``) overrides it; mechanisms with a ``layer`` option get ``layer``
+    (``with_layer_index``). With ``memory_BME`` (``[B, M, E]``, Transformer-XL, Dai et al.
     2019, §3.2) queries come from ``x`` and keys/values from ``Norm([memory; x])``;
     ``mask_BS`` then covers the ``M + T`` keys. With ``context_BSE`` (``[B, S, E]``, an
     encoder's output) it is cross-attention (Vaswani et al. 2017, §3.2.3): queries from
@@ -280,7 +292,7 @@ def attention_sublayer(
     Returns:
       ``[B, T, E]`` in ``cfg.compute_dtype``.
     """
-    mechanism, options = attention or cfg.layer_attention(layer)
+    mechanism, options = with_layer_index(*(attention or cfg.layer_attention(layer)), layer)
     _check_norm_position(norm_position)
     pre = norm_position == "pre"
     h_kv_BSE = None

@@ -8,7 +8,7 @@ it like a batch, saves it in the train state and empties it where a stream start
 without knowing what is inside.
 
 The model declares the rest in its own module with a ``Recurrence`` (what the config
-needs, the lengths to evaluate and sample with) and is listed in ``kinds()`` below: the train
+needs, the lengths to evaluate and sample with) and registers it with ``register`` below: the train
 step, the evaluator, the sampler and the loop each have one code path that threads an
 optional ``memory`` (None for the non-recurrent models), and ``recurrence(config)`` is the
 only place that tells whether a config's model is recurrent.
@@ -57,11 +57,25 @@ class Recurrence:
 NON_RECURRENT = "transformer"
 
 
+_RECURRENT: dict[str, Recurrence] = {}
+
+
+def register(recurrence: Recurrence) -> Recurrence:
+    """Declare a recurrent model kind (its module calls this at import; ``seqjax.models``
+    imports the shipped ones). Returns ``recurrence``.
+
+    Raises:
+      ValueError: the kind is already taken.
+    """
+    if recurrence.kind == NON_RECURRENT or recurrence.kind in _RECURRENT:
+        raise ValueError(f"model kind {recurrence.kind!r} is already registered")
+    _RECURRENT[recurrence.kind] = recurrence
+    return recurrence
+
+
 def kinds() -> dict[str, Recurrence | None]:
     """Every ``config.model.kind``: None for the plain Transformer, else its Recurrence."""
-    from seqjax.models import transformer_xl  # the recurrent models (imported lazily)
-
-    return {NON_RECURRENT: None, transformer_xl.RECURRENCE.kind: transformer_xl.RECURRENCE}
+    return {NON_RECURRENT: None, **_RECURRENT}
 
 
 def kind(config) -> str:

@@ -206,16 +206,12 @@ def _eval_model(cfg: TransformerConfig, lengths: dict) -> TransformerXL:
 
 
 def _validate(config, bad) -> None:
-    """What segment recurrence needs: contiguous streams of a language-modelling corpus,
-    relative attention without absolute positions, one update per batch (the memory moves
+    """What segment recurrence needs (besides contiguous streams of a language-modelling
+    corpus, which the config validator checks from the data set's registry entry): relative
+    attention without absolute positions, one update per batch (the memory moves
     on with every batch), and valid evaluation lengths (``config.eval``)."""
-    from seqjax.data.config import LM_DATASETS
-
     m, d, o = config.model, config.data, config.optimizer
     mem_len = m.get("mem_len", 0)
-    if d.name not in LM_DATASETS or d.name == "duplication":
-        valid = ", ".join(n for n in LM_DATASETS if n != "duplication")
-        bad("data.name", d.name, f"a language-modelling corpus for Transformer-XL: {valid}")
     if d.get("lm_batching") != "stream":
         bad("data.lm_batching", d.get("lm_batching"),
             '"stream" for model.kind="transformer_xl" (each row continues its text)')  # fmt: skip
@@ -251,11 +247,13 @@ def _validate(config, bad) -> None:
         bad("eval.same_length", same, "False when the evaluation memory length is 0")
 
 
-RECURRENCE = memory_lib.Recurrence(
-    kind="transformer_xl",
-    train_model=lambda cfg, config: TransformerXL(cfg, mem_len=_mem_len(config)),
-    eval_lengths=eval_lengths,
-    eval_model=_eval_model,
-    attention_options=_attention_options,
-    validate=_validate,
+RECURRENCE = memory_lib.register(
+    memory_lib.Recurrence(
+        kind="transformer_xl",
+        train_model=lambda cfg, config: TransformerXL(cfg, mem_len=_mem_len(config)),
+        eval_lengths=eval_lengths,
+        eval_model=_eval_model,
+        attention_options=_attention_options,
+        validate=_validate,
+    )
 )

@@ -46,8 +46,9 @@ class Task:
 
     Attributes:
       name: the registry name, equal to the ``DataInfo.task`` the data produce.
-      datasets: the ``config.data.name`` values whose data are this task (config validation
-        finds the task from them before the data are prepared).
+      datasets: ``config.data.name`` values whose data are this task when their data set
+        does not say (``seqjax.data.registry.DataSet.task`` names the task of every
+        registered data set; config validation finds the task before the data are prepared).
       batch_fields: ``{field: (dtype, rank)}`` of every batch (``check_batch``).
       sum_keys: the float32 scalar sums ``sums`` returns (``weight_sum`` among them).
       unit: what ``tokens_per_step`` counts, shown in the progress line ('tok', 'ex').
@@ -204,8 +205,8 @@ class Task:
         return int(config.data.batch_size) * self.input_length(config)
 
     def flops_per_step(self, run) -> float:
-        """Analytic model FLOPs of one training step (``seqjax.train.flops``)."""
-        from seqjax.train import flops
+        """Analytic model FLOPs of one training step (``seqjax.models.flops``)."""
+        from seqjax.models import flops
 
         return flops.train_flops_per_step(
             run.model_cfg, run.abstract["params"], batch_size=run.config.data.batch_size,
@@ -215,7 +216,7 @@ class Task:
     # ---- generation ----------------------------------------------------------------------
 
     def check_sample_inputs(self, run, prompt: str, length: int) -> None:
-        """Raises ``seqjax.train.cli_inputs.InputError`` for a prompt/length this run cannot
+        """Raises ``seqjax.tasks.inputs.InputError`` for a prompt/length this run cannot
         sample (before anything compiles)."""
         del run, prompt, length
 

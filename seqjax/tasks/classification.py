@@ -15,13 +15,11 @@ Legend: B batch, T = ``data.max_len`` (+1 for the CLS position inside the model)
 
 from __future__ import annotations
 
-from seqjax.data.config import CLASSIFICATION_DATASETS, IMAGE_DATASETS
 from seqjax.tasks import base, registry
 
 
 class Classification(base.Task):
     name = "classification"
-    datasets = CLASSIFICATION_DATASETS + IMAGE_DATASETS  # images: data.image_task (handles)
     batch_fields = {
         "inputs": ("int32", 2),
         "targets": ("int32", 1),
@@ -30,12 +28,6 @@ class Classification(base.Task):
     unit = "ex"
     causal = False
     length_field = "data.max_len"
-
-    def handles(self, data_config) -> bool:
-        """Image sets are classified unless ``data.image_task='generation'``."""
-        return (
-            data_config.get("image_task") != "generation" or data_config.name not in IMAGE_DATASETS
-        )
 
     def input_length(self, config) -> int:
         """``data.max_len`` (the data set's default when None) + 1 with CLS pooling (packed
@@ -116,13 +108,13 @@ class Classification(base.Task):
         return PACKED if config.data.get("packing") else self
 
     def validate(self, config, bad) -> None:
-        """Packing only with mechanisms that honour segments (``packing.model_problems``);
+        """Packing only with mechanisms that honour segments (``packing_checks.model_problems``);
         CLS pooling shifts each example by its CLS slots, so it takes no block alignment."""
-        from seqjax.data import packing
+        from seqjax.tasks import packing_checks
 
-        packing.model_problems(config, bad)
+        packing_checks.model_problems(config, bad)
         if config.data.get("packing") and config.model.pooling == "cls":
-            need = packing.alignment(config)
+            need = packing_checks.alignment(config)
             if need > 1:
                 bad("model.pooling", "cls", f"'mean' with data.packing=True and model.attention="
                     f"{config.model.attention!r} (its blocks of {need} positions would cut "

@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from seqjax.data.config import IMAGE_DATASETS
 from seqjax.tasks import base, registry
 
 SPARSE = ("sparse_strided", "sparse_fixed")
@@ -67,13 +66,8 @@ def causal_problem(name: str, options: dict) -> str | None:
 
 class ImageGeneration(base.Task):
     name = "image_generation"
-    datasets = IMAGE_DATASETS
     generates = True
     sample_to_file = True
-
-    def handles(self, data_config) -> bool:
-        """Image sets are generated when ``data.image_task='generation'``."""
-        return data_config.get("image_task") == "generation"
 
     def input_length(self, config) -> int:
         """D = H * W * C sub-pixels of the data set's images."""
@@ -136,7 +130,7 @@ class ImageGeneration(base.Task):
         return int(config.data.batch_size) * self.input_length(config)
 
     def flops_per_step(self, run) -> float:
-        from seqjax.train import flops
+        from seqjax.models import flops
 
         return flops.train_flops_per_step(
             run.model_cfg, run.abstract["params"], batch_size=run.config.data.batch_size,
@@ -146,15 +140,15 @@ class ImageGeneration(base.Task):
     # ---- generation: a grid of images --------------------------------------------------
 
     def check_sample_inputs(self, run, prompt: str, length: int) -> None:
-        from seqjax.train import cli_inputs
+        from seqjax.tasks import inputs
 
         if not 1 <= length <= MAX_SAMPLE_IMAGES:
-            raise cli_inputs.InputError(
+            raise inputs.InputError(
                 f"--length={length} is the number of images for an image model; valid: "
                 f"1..{MAX_SAMPLE_IMAGES}"
             )
         if prompt.strip() and not prompt.strip().endswith(".png"):
-            raise cli_inputs.InputError(
+            raise inputs.InputError(
                 f"--prompt={prompt!r}: for an image model the prompt is the PNG file the "
                 "sample grid is written to (ending in .png), or empty for samples.png"
             )

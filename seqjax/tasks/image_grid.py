@@ -3,7 +3,7 @@ writing the grid as a PNG file (matplotlib) or a TensorBoard image (tensorboardX
 
 Sampling is ancestral in raster order, one sub-pixel per step (Child et al. 2019 §7.2):
 with causal dense attention through the model's KV cache, otherwise by recomputing the
-prefix for each position (``seqjax.train.sampling.prefix_logits``: exactly the prefix's
+prefix for each position (``seqjax.tasks.sampling.prefix_logits``: exactly the prefix's
 logits for every mechanism). The BOS id (256) is never drawn.
 
 Legend: N images, H height, W width, C channels, D = H W C, L = model.max_len, V = 257.
@@ -37,7 +37,7 @@ def _sampler(model_cfg, image_shape: tuple, num: int, greedy: bool, top_k: int, 
     and grid size, built once (the loop draws a grid at every evaluation); ``cached``: with
     the model's KV cache, else recomputing the prefix."""
     from seqjax.models import TransformerLM
-    from seqjax.train.sampling import prefix_logits
+    from seqjax.tasks.sampling import prefix_logits
 
     h, w, c = image_shape
     d, max_len = h * w * c, model_cfg.max_len
@@ -96,7 +96,7 @@ def sample_images(
     """Draws ``num`` images from a trained image model: uint8 ``[N, H, W, C]`` (temperature 0
     = greedy; ``top_k``/``top_p`` as ``seqjax.decoding.sample_logits``)."""
     from seqjax.decoding.samplers import check_sampling
-    from seqjax.train.sampling import uses_kv_cache
+    from seqjax.tasks.sampling import uses_kv_cache
 
     h, w, c = image_shape
     d, max_len = h * w * c, model_cfg.max_len

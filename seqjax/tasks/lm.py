@@ -9,23 +9,41 @@ of imdb_bytes/listops instead (one document per row of ``data.max_len``, or pack
 is ``TransformerLM`` (causal), or a recurrent model (``seqjax.models.memory``:
 Transformer-XL) when ``config.model.kind`` says so. Evaluation reports bits per character
 (``data.vocab='chars'``) or per byte and perplexity; the task generates text
-(``seqjax.train.sampling``).
+(``seqjax.tasks.sampling``).
 
-Legend: B batch, T window length.
+The loss (``train.xent_chunk``): the plain form materializes the float32 logits
+``[B, T, V]``; with a chunk size the task takes the final hidden states and the output
+embedding instead and computes the cross-entropy chunk by chunk
+(``seqjax.models.chunked_xent``; equal values and gradients, no ``[B, T, V]`` array).
+``None`` (default): chunks of ``AUTO_CHUNK`` tokens where a batch's float32 logits would
+reach ``AUTO_BYTES`` (a GPT-2-sized vocabulary) on a one-device run, else the plain form
+(on a mesh, the chunks' weight-gradient reductions are not measured yet: set the chunk
+explicitly there); ``0``: always plain.
+
+Legend: B batch, T window length, V vocabulary, E model width.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 
-from seqjax.data.config import LM_DATASETS
+import jax
+import jax.numpy as jnp
+
 from seqjax.tasks import base, registry
+
+AUTO_CHUNK = 1024  # tokens per chunk of the cross-entropy when train.xent_chunk is None
+AUTO_BYTES = 2**28  # ... and a batch's float32 logits would take at least this (256 MiB)
 
 
 class LanguageModel(base.Task):
     name = "lm"
-    datasets = LM_DATASETS
     generates = True
+    xent_chunk: int | None = None  # train.xent_chunk (module docstring)
+
+    def __init__(self, xent_chunk: int | None = None):
+        self.xent_chunk = xent_chunk
 
     def input_length(self, config) -> int:
         """``data.seq_len``; ``data.max_len`` for the example texts (``objective='lm'``)."""
@@ -36,19 +54,35 @@ class LanguageModel(base.Task):
         return int(config.data.seq_len)
 
     def configure(self, config):
-        """With ``config.data.packing`` (example texts): the packed rows' task."""
-        return PACKED if config.data.get("packing") else self
+        """With ``config.data.packing`` (example texts): the packed rows' task; with
+        ``config.train.xent_chunk`` set: a task that uses that chunk size."""
+        task = PACKED if config.data.get("packing") else self
+        train = getattr(config, "train", None)
+        chunk = None if train is None else train.get("xent_chunk")
+        if chunk is None:
+            return task
+        task = copy.copy(task)  # any subclass, its other state kept
+        task.xent_chunk = int(chunk)
+        return task
 
     def validate(self, config, bad) -> None:
-        from seqjax.data import packing
         from seqjax.models import memory
+        from seqjax.tasks import packing_checks
 
-        packing.model_problems(config, bad)
+        packing_checks.model_problems(config, bad)
 
         m, t = config.model, config.train
         recurrent = memory.kinds().get(memory.kind(config)) is not None
         if not recurrent and t.sample_length and t.sample_length > m.max_len:
             bad("train.sample_length", t.sample_length, f"<= model.max_len={m.max_len}")
+        chunk = t.get("xent_chunk")
+        if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int)
+                                  or chunk < 0):  # fmt: skip
+            bad("train.xent_chunk", chunk, "None (auto), 0 (plain logits) or tokens per chunk > 0")
+        adaptive = (m.get("adaptive") or {}).get("enabled", False)
+        if isinstance(chunk, int) and chunk > 0 and (recurrent or adaptive):
+            bad("train.xent_chunk", chunk, "None or 0 with model.adaptive or a recurrent "
+                "model.kind (their outputs are not one softmax layer)")  # fmt: skip
 
     def model_config(self, config, info):
         from seqjax.models import from_config
@@ -67,9 +101,62 @@ class LanguageModel(base.Task):
         rec = memory.recurrence(config)
         return rec.train_model(model_cfg, config) if rec else self.make_model(model_cfg)
 
+    def apply_kwargs(self, batch) -> dict:
+        """Keyword inputs of the model besides the tokens (packed rows: segments)."""
+        del batch
+        return {}
+
+    def output_layer(self, model, params, batch):
+        """``(w, layout, chunk)`` of the chunked cross-entropy for this batch, or None for
+        the plain form: a ``TransformerLM`` with one softmax layer (not adaptive, no MLM
+        head), ``w`` its tied token table ``[V, E]`` (layout 've') or head kernel ``[E, V]``
+        ('ev'), ``chunk`` from ``xent_chunk`` (None: ``AUTO_CHUNK`` at ``AUTO_BYTES``)."""
+        import flax.linen as nn
+
+        from seqjax.models.transformer import TransformerLM
+
+        cfg = getattr(model, "cfg", None)
+        if (not isinstance(model, TransformerLM) or model.decode or cfg.adaptive
+                or cfg.mlm_head_transform or self.xent_chunk == 0):  # fmt: skip
+            return None
+        if cfg.tie_embeddings:
+            w, layout = params["encoder"]["embed"]["embedding"], "ve"
+        else:
+            w, layout = params["head"]["kernel"], "ev"
+        w, chunk = nn.unbox(w), self.xent_chunk  # nn.unbox: params straight from model.init
+        if chunk is None:  # one device only: a mesh's per-chunk reductions are unmeasured
+            logits_bytes = 4 * batch["targets"].size * cfg.vocab_size
+            big = logits_bytes >= AUTO_BYTES and jax.device_count() == 1
+            chunk = AUTO_CHUNK if big else 0
+        return (w, layout, chunk) if chunk else None
+
+    def batch_sums(self, model, params, batch, *, rng, train: bool, memory=None):
+        """The plain form, or (``output_layer``) the chunked cross-entropy of the final
+        hidden states: the model's ``encoder/ln_final`` output, captured; its unused
+        logits are removed by XLA's dead-code elimination under ``jit``."""
+        head = None if memory is not None else self.output_layer(model, params, batch)
+        if head is None:
+            return super().batch_sums(model, params, batch, rng=rng, train=train, memory=memory)
+        from seqjax.models import chunked_xent
+
+        w, layout, chunk = head
+        rngs = {"dropout": rng} if train else {}
+        _, state = model.apply(
+            {"params": params}, batch["inputs"], **self.apply_kwargs(batch), rngs=rngs,
+            deterministic=not train, mutable=["intermediates"],
+            capture_intermediates=lambda mdl, method: method == "__call__"
+            and mdl.path == ("encoder", "ln_final"),
+        )  # fmt: skip
+        (h_BTE,) = state["intermediates"]["encoder"]["ln_final"]["__call__"]
+        sums = chunked_xent.chunked_cross_entropy_sums(
+            h_BTE.astype(jnp.float32), w, batch["targets"], batch["weights"], chunk=chunk,
+            layout=layout,
+        )  # fmt: skip
+        return sums, None
+
     def eval_summary(self, sums, config) -> dict:
         """Adds bits per character/byte (loss / ln 2) and perplexity (exp loss)."""
-        from seqjax.train.metrics import bits
+        from seqjax.tasks.losses import bits
 
         out = super().eval_summary(sums, config)
         loss = out["loss"]
@@ -83,7 +170,7 @@ class LanguageModel(base.Task):
 
     def flops_per_step(self, run) -> float:
         """PaLM's ``6 N T + 12 L T^2 d`` per window; a tied token table is the logits matmul."""
-        from seqjax.train import flops
+        from seqjax.models import flops
 
         m = run.config.model
         relative = any(name == "relative" for name, _ in run.model_cfg.attention)
@@ -94,10 +181,10 @@ class LanguageModel(base.Task):
         )  # fmt: skip
 
     def check_sample_inputs(self, run, prompt: str, length: int) -> None:
-        from seqjax.train import cli_inputs
+        from seqjax.tasks import inputs
 
         n_prompt = len(run.info.encode(prompt))
-        cli_inputs.check_window(
+        inputs.check_window(
             n_prompt, length, int(run.model_cfg.max_len), run.recurrence is not None
         )
 
@@ -105,7 +192,7 @@ class LanguageModel(base.Task):
         self, run, params, prompt: str, length: int, *, temperature=1.0, top_k=0, top_p=1.0,
         seed=0,
     ) -> str:  # fmt: skip
-        from seqjax.train import sampling
+        from seqjax.tasks import sampling
 
         return sampling.sample_text(
             run, params, prompt, length, temperature=temperature, top_k=top_k, top_p=top_p,
@@ -124,12 +211,15 @@ class PackedLanguageModel(LanguageModel):
         "positions": ("int32", 2),
     }
 
+    def apply_kwargs(self, batch) -> dict:
+        return {"segment_ids": batch["segment_ids"], "positions_BT": batch["positions"]}
+
     def apply(self, model, params, batch, *, rng, train: bool, memory=None):
         del memory
         rngs = {"dropout": rng} if train else {}
         out = model.apply(
-            {"params": params}, batch["inputs"], segment_ids=batch["segment_ids"],
-            positions_BT=batch["positions"], rngs=rngs, deterministic=not train,
+            {"params": params}, batch["inputs"], **self.apply_kwargs(batch), rngs=rngs,
+            deterministic=not train,
         )  # fmt: skip
         return out, None
 

@@ -1,14 +1,22 @@
 """Weighted loss sums shared by the tasks (every one a float32 scalar).
 
 Legend: B batch, ... further target axes (T for sequences), V classes / vocabulary.
-Weights are 0 where a target does not count (padding, unmasked positions).
+Weights are 0 where a target does not count (padding, unmasked positions). ``bits`` turns
+a mean loss in nats into bits (the reported bits per character/byte).
 """
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import optax
+
+
+def bits(nats_per_token: float) -> float:
+    """Nats -> bits (bits per character/byte when a token is a character/byte)."""
+    return nats_per_token / math.log(2.0)
 
 
 def cross_entropy_sums(logits, targets, weights) -> dict:

@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import math
 
-from seqjax.data.config import CLASSIFICATION_DATASETS
+from seqjax.data import registry as data_registry
 from seqjax.tasks import base, registry
 
 
 class MaskedLanguageModel(base.Task):
     name = "mlm"
-    datasets = ()  # any text data set with config.data.objective='mlm' (registry)
     causal = False
     objective = "mlm"
 
@@ -36,7 +35,7 @@ class MaskedLanguageModel(base.Task):
         """``data.seq_len`` (LM corpora) or ``data.max_len`` (classification texts)."""
         from seqjax.data import api as data_api
 
-        if config.data.name in CLASSIFICATION_DATASETS:
+        if data_registry.get(config.data.name).kind in ("texts", "images"):
             return data_api.max_len(config.data)
         return int(config.data.seq_len)
 
@@ -47,9 +46,9 @@ class MaskedLanguageModel(base.Task):
 
     def validate(self, config, bad) -> None:
         """A bidirectional encoder only (no recurrent, decoder-only, model kind); packing
-        only with mechanisms that honour segments (``seqjax.data.packing.model_problems``)."""
-        from seqjax.data import packing
+        only with mechanisms that honour segments (``packing_checks.model_problems``)."""
         from seqjax.models import memory
+        from seqjax.tasks import packing_checks
 
         kind = memory.kind(config)
         if memory.kinds().get(kind) is not None:
@@ -61,7 +60,7 @@ class MaskedLanguageModel(base.Task):
             bad("model.attention", config.model.attention,
                 "bidirectional mechanisms with data.objective='mlm' ('causal' always hides "
                 "the right context a masked token is predicted from)")  # fmt: skip
-        packing.model_problems(config, bad)  # mechanisms that cannot honour segments
+        packing_checks.model_problems(config, bad)  # mechanisms that cannot honour segments
         head = config.model.get("mlm_head_transform", True)
         adaptive = (config.model.get("adaptive") or {}).get("enabled", False)
         if not isinstance(head, bool):
@@ -113,7 +112,7 @@ class MaskedLanguageModel(base.Task):
         return out
 
     def flops_per_step(self, run) -> float:
-        from seqjax.train import flops
+        from seqjax.models import flops
 
         return flops.train_flops_per_step(
             run.model_cfg, run.abstract["params"], batch_size=run.config.data.batch_size,

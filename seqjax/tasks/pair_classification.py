@@ -13,13 +13,11 @@ Legend: B batch, T = ``data.max_len`` bytes per document (+1 for CLS inside the 
 
 from __future__ import annotations
 
-from seqjax.data.config import PAIR_DATASETS
 from seqjax.tasks import base, registry
 
 
 class PairClassification(base.Task):
     name = "pair_classification"
-    datasets = PAIR_DATASETS
     batch_fields = {
         "inputs": ("int32", 2),
         "inputs2": ("int32", 2),
@@ -90,7 +88,7 @@ class PairClassification(base.Task):
 
     def flops_per_step(self, run) -> float:
         """Both towers: the encoder's FLOPs on ``2 B`` documents of the input length."""
-        from seqjax.train import flops
+        from seqjax.models import flops
 
         return flops.train_flops_per_step(
             run.model_cfg, run.abstract["params"], batch_size=2 * run.config.data.batch_size,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 
+from seqjax.data import registry as data_registry
 from seqjax.tasks.base import Task
 
 _REGISTRY: dict[str, Task] = {}
@@ -68,17 +69,15 @@ def get(name) -> Task:
 
 
 def for_data_config(data_config) -> Task | None:
-    """The task of ``config.data`` before the data set is prepared (config validation):
-    the registered task whose ``datasets`` lists ``config.data.name``; None when none does
-    (the data's own checks report an unknown name)."""
+    """The task of ``config.data`` before the data set is prepared (config validation): the
+    one its registered data set (or objective) names (``seqjax.data.registry``), else a task
+    whose ``datasets`` lists ``config.data.name``; None when none does (the data's own checks
+    report an unknown name)."""
     _load_builtin()
+    task_name = data_registry.task_of(data_config)
+    if task_name in _REGISTRY:
+        return _REGISTRY[task_name]
     name = data_config.get("name")
-    objective = data_config.get("objective")
-    if objective:  # a pre-training objective over the data set (seqjax.data.objectives)
-        from seqjax.data.objectives import TASK_OF
-
-        if TASK_OF.get(objective) in _REGISTRY:
-            return _REGISTRY[TASK_OF[objective]]
     for task in _REGISTRY.values():
         if name in task.datasets and task.handles(data_config):
             return task

@@ -24,7 +24,6 @@ import re
 
 import jax
 
-from seqjax.data.config import SEQ2SEQ_DATASETS
 from seqjax.tasks import base, losses, registry
 
 SUM_KEYS = ("loss_sum", "nll_sum", "correct_sum", "weight_sum")
@@ -34,7 +33,6 @@ class Seq2Seq(base.Task):
     """Encoder-decoder training, beam-search decoding and BLEU/chrF (module docstring)."""
 
     name = "seq2seq"
-    datasets = SEQ2SEQ_DATASETS
     sum_keys = SUM_KEYS
     unit = "tok"  # target token slots per second
     causal = False  # ``model.attention`` is the (bidirectional) encoder's
@@ -81,9 +79,9 @@ class Seq2Seq(base.Task):
         if m.get("kind", "transformer") != "transformer":
             bad("model.kind", m.kind, "'transformer' for a seq2seq data set (no memory model)")
         if d.get("packing"):  # seqjax.data.packing
-            from seqjax.data import packing
+            from seqjax.tasks import packing_checks
 
-            packing.model_problems(config, bad)
+            packing_checks.model_problems(config, bad)
             if m.reversible:
                 bad("data.packing", True, "False with model.reversible=True (the reversible "
                     "encoder-decoder takes no segment ids)")  # fmt: skip
@@ -227,13 +225,13 @@ class Seq2Seq(base.Task):
                                            max_batches=max_batches)  # fmt: skip
 
     def check_sample_inputs(self, run, prompt: str, length: int) -> None:
-        from seqjax.train import cli_inputs
+        from seqjax.tasks import inputs
 
         del length
         n = len(run.info.encode(prompt)) + 1  # + EOS
         limit = int(run.config.data.max_source_len)
         if n > limit:
-            raise cli_inputs.InputError(
+            raise inputs.InputError(
                 f"the source has {n} tokens (EOS included), more than this model's "
                 f"data.max_source_len={limit}; shorten it"
             )

@@ -93,16 +93,16 @@ def encode_sources(run, sources) -> np.ndarray:
     ``data.max_source_len``.
 
     Raises:
-      seqjax.train.cli_inputs.InputError: a source longer than the model takes.
+      seqjax.tasks.inputs.InputError: a source longer than the model takes.
     """
-    from seqjax.train import cli_inputs
+    from seqjax.tasks import inputs
 
     limit = int(run.config.data.max_source_len)
     out = np.zeros((len(sources), limit), np.int32)
     for i, text in enumerate(sources):
         ids = np.append(np.asarray(run.info.encode(text), np.int32), run.info.eos_id)
         if len(ids) > limit:
-            raise cli_inputs.InputError(
+            raise inputs.InputError(
                 f"source {i + 1} has {len(ids)} tokens (EOS included), more than this "
                 f"model's data.max_source_len={limit}; shorten it or split it"
             )
@@ -146,8 +146,8 @@ def split_scores(run, params, fn, split: str, *, max_batches: int = 0) -> dict:
     from jax.experimental import multihost_utils
 
     from seqjax import data as data_lib
+    from seqjax.models import sharding_rules
     from seqjax.tasks import text_metrics
-    from seqjax.train import sharding
 
     config = run.config
     data_cfg = copy.deepcopy(config.data)
@@ -160,11 +160,11 @@ def split_scores(run, params, fn, split: str, *, max_batches: int = 0) -> dict:
     bar = tqdm(total=total, desc=f"decode {split}", leave=False, dynamic_ncols=True,
                disable=jax.process_index() != 0 or not sys.stderr.isatty())  # fmt: skip
     try:
-        with jax.transfer_guard("allow"), sharding.rules_and_mesh(run.mesh):
+        with jax.transfer_guard("allow"), sharding_rules.rules_and_mesh(run.mesh):
             for i, local in enumerate(it):
                 if i >= total:
                     break
-                batch = sharding.global_batch({"inputs": local["inputs"]}, run.mesh)
+                batch = sharding_rules.global_batch({"inputs": local["inputs"]}, run.mesh)
                 tokens_BT, _ = fn(params, batch["inputs"])
                 hyps.append(_local_rows(tokens_BT))
                 targets.append(local["targets"])

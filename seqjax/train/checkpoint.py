@@ -24,9 +24,33 @@ class CheckpointError(RuntimeError):
 
 
 def _reason(e: BaseException) -> str:
-    """``Type: first line`` of an exception (Orbax/TensorStore messages run for pages)."""
+    """``Type: first line`` of the innermost cause of an exception: TensorStore's own error
+    (``OUT_OF_RANGE: Error reading "params..." ...``), not Orbax's wrapper around it, whose
+    message runs for pages (``Encountered error while reading array index ...``)."""
+    seen = {id(e)}
+    while (inner := e.__cause__ or e.__context__) is not None and id(inner) not in seen:
+        seen.add(id(inner))
+        e = inner
     lines = str(e).strip().splitlines()
     return f"{type(e).__name__}: {lines[0][:300] if lines else ''}".rstrip(": ")
+
+
+TMP_SUFFIX = ".orbax-checkpoint-tmp"
+
+
+def remove_partial_saves(workdir: str) -> list[str]:
+    """Deletes ``checkpoints/<step>.orbax-checkpoint-tmp*`` folders: saves a stopped job
+    (full disk, ``kill -9``) never finalized. Only for the job that holds the workdir's
+    lock (a running job's save in flight looks the same). Returns the names removed."""
+    d = paths.workdir_path(workdir) / "checkpoints"
+    try:
+        partial = [p for p in d.iterdir() if TMP_SUFFIX in p.name]
+    except OSError:
+        return []
+    for p in partial:
+        p.rmtree() if p.is_dir() else p.unlink()
+        logging.info("checkpoint: removed %s (a save that never finished)", p)
+    return sorted(p.name for p in partial)
 
 
 class Checkpointer:

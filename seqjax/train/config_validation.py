@@ -7,6 +7,7 @@ and what would be valid.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import numbers
@@ -18,10 +19,10 @@ from seqjax import attention as attention_lib
 from seqjax import tasks
 from seqjax.attention import ring
 from seqjax.data import api as data_api
-from seqjax.data.config import DATASETS, IMAGE_DATASETS
-from seqjax.models import memory
+from seqjax.data import registry as data_registry
+from seqjax.models import flops, memory
 from seqjax.models.transformer import DTYPES, POOLINGS, POSITIONALS
-from seqjax.train import flops, optim, sharding
+from seqjax.train import optim, sharding
 
 
 class ConfigError(ValueError):
@@ -42,35 +43,70 @@ def input_length(config) -> int:
 def validate(config, *, num_devices: int | None = None, process_count: int | None = None):
     """Raises ``ConfigError`` listing every invalid field of ``config``.
 
+    The checks run as stages (``STAGES``: model, data, mesh and batch, optimizer, train, model
+    kind, option values), each composing the checks its plug-ins declare: the mechanisms'
+    ``check_options``/``validate``, the data set's (``seqjax.data.registry``), the task's
+    ``validate``, the optimizer's, the recurrent kind's.
+
     Args:
       config: the job's ``ml_collections.ConfigDict`` (model, data, optimizer, train, mesh).
       num_devices: devices available (default ``jax.device_count()``).
       process_count: processes (default ``jax.process_count()``).
     """
-    num_devices = jax.device_count() if num_devices is None else num_devices
-    process_count = jax.process_count() if process_count is None else process_count
     errors: list[str] = []
 
     def bad(field: str, value, valid: str) -> None:
         errors.append(f"config.{field}={value!r} is invalid; valid: {valid}")
 
-    m, d, o, t = config.model, config.data, config.optimizer, config.train
-    valid_names = ", ".join(attention_lib.names())
+    ctx = _Context(
+        config,
+        num_devices=jax.device_count() if num_devices is None else num_devices,
+        process_count=jax.process_count() if process_count is None else process_count,
+        task=tasks.for_data_config(config.data),  # None: an unknown data set (reported)
+    )
+    for stage in STAGES:
+        stage(ctx, bad, errors)
+    if errors:
+        raise ConfigError("invalid config:\n  - " + "\n  - ".join(errors))
 
-    # ---- model
-    names = _mechanism_names(m.attention)
-    if not names:
+
+@dataclasses.dataclass
+class _Context:
+    """What every stage reads: the config, the machine and the data's task."""
+
+    config: object
+    num_devices: int
+    process_count: int
+    task: object
+
+    @property
+    def names(self) -> list[str]:
+        return _mechanism_names(self.config.model.attention)
+
+    @property
+    def options(self):
+        return self.config.model.get("attention_options") or {}
+
+    @property
+    def known_data(self) -> bool:
+        return data_registry.find(self.config.data.get("name")) is not None
+
+
+def _model_stage(ctx, bad, errors) -> None:
+    """The model block: mechanisms and their options, sizes, dtype, positions, pooling."""
+    m, d = ctx.config.model, ctx.config.data
+    valid_names = ", ".join(attention_lib.names())
+    if not ctx.names:
         bad("model.attention", m.attention, f"a name or comma-separated cycle of: {valid_names}")
-    for name in names:
+    for name in ctx.names:
         if name not in attention_lib.names():
             bad("model.attention", m.attention, f"names from: {valid_names} (unknown {name!r})")
-    options = m.get("attention_options") or {}
-    for key in options:
+    for key in ctx.options:
         if key not in attention_lib.names():
             bad(f"model.attention_options.{key}", "...", f"a mechanism name: {valid_names}")
             continue
         try:
-            attention_lib.check_options(key, dict(options[key]))
+            attention_lib.check_options(key, dict(ctx.options[key]))
         except ValueError as e:
             errors.append(f"config.model.attention_options.{key}: {e}")
     if m.dtype not in DTYPES:
@@ -80,8 +116,9 @@ def validate(config, *, num_devices: int | None = None, process_count: int | Non
     errors.extend(_positional_and_adaptive_problems(m))
     if m.pooling not in POOLINGS:
         bad("model.pooling", m.pooling, ", ".join(POOLINGS))
-    if m.positional == "axial" and d.get("name") not in IMAGE_DATASETS:
-        bad("model.positional", m.positional, f"'axial' only with image data ({IMAGE_DATASETS})")
+    images = data_registry.names("images")
+    if m.positional == "axial" and d.get("name") not in images:
+        bad("model.positional", m.positional, f"'axial' only with image data ({images})")
     elif m.positional == "axial" and m.pooling == "cls" and d.get("image_task") != "generation":
         bad("model.pooling", m.pooling, "'mean' with model.positional='axial' (CLS is no pixel)")
     for field in ("num_layers", "num_heads", "d_model", "max_len"):
@@ -95,34 +132,40 @@ def validate(config, *, num_devices: int | None = None, process_count: int | Non
     for field in ("dropout_rate", "attention_dropout_rate"):
         if not 0.0 <= m[field] < 1.0:
             bad(f"model.{field}", m[field], "0 <= rate < 1")
-    kernelized = [n for n in names if n in ("performer", "linear")]
+    kernelized = [n for n in ctx.names if n in ("performer", "linear")]
     if kernelized and m.attention_dropout_rate:
         bad("model.attention_dropout_rate", m.attention_dropout_rate,
             f"0 with model.attention {kernelized[0]!r} (a kernelized attention has no "
             "attention matrix to drop)")  # fmt: skip
 
-    # ---- data (seqjax.data's own checks) vs model
+
+def _data_stage(ctx, bad, errors) -> None:
+    """The data set's own checks (``seqjax.data``), then its input length vs the model."""
+    m, d = ctx.config.model, ctx.config.data
     for field, value, valid in data_api.config_problems(d):
         bad(f"data.{field}", value, valid)
-    task = tasks.for_data_config(d)  # None for an unknown data set (reported above)
-    if d.name in DATASETS and task is not None:
-        length = input_length(config)
-        if length > m.max_len:
-            bad(task.length_field, length, f"<= model.max_len={m.max_len} (or raise model.max_len)")
-        if m.ff_chunk_size and length % m.ff_chunk_size:
-            bad("model.ff_chunk_size", m.ff_chunk_size, f"a divisor of the input length {length}")
-        for name in names:
-            if name not in attention_lib.names() or attention_lib.spec(name).validate is None:
-                continue
-            mech = attention_lib.spec(name)
-            opts = dict(options.get(name, {}) or {})
-            try:
-                mech.validate(opts, length)
-            except ValueError as e:
-                errors.append(f"config.model.attention_options.{name} with input length "
-                              f"{length} (config.data.seq_len/max_len): {e}")  # fmt: skip
+    if not ctx.known_data or ctx.task is None:
+        return
+    length = input_length(ctx.config)
+    if length > m.max_len:
+        bad(ctx.task.length_field, length, f"<= model.max_len={m.max_len} (or raise model.max_len)")
+    if m.ff_chunk_size and length % m.ff_chunk_size:
+        bad("model.ff_chunk_size", m.ff_chunk_size, f"a divisor of the input length {length}")
+    for name in ctx.names:
+        if name not in attention_lib.names() or attention_lib.spec(name).validate is None:
+            continue
+        try:
+            attention_lib.spec(name).validate(dict(ctx.options.get(name, {}) or {}), length)
+        except ValueError as e:
+            errors.append(f"config.model.attention_options.{name} with input length "
+                          f"{length} (config.data.seq_len/max_len): {e}")  # fmt: skip
 
-    # ---- mesh and batch
+
+def _mesh_stage(ctx, bad, errors) -> None:
+    """Mesh axes against the devices, the batch against the data-parallel size and the
+    processes, and which attention can run sequence-sharded (context parallelism)."""
+    config, num_devices = ctx.config, ctx.num_devices
+    m, d, o, t = config.model, config.data, config.optimizer, config.train
     try:
         dp_data, dp_fsdp, sp, tp = sharding.resolve_mesh_shape(config.mesh, num_devices)
         dp = dp_data * dp_fsdp
@@ -134,7 +177,7 @@ def validate(config, *, num_devices: int | None = None, process_count: int | Non
                 f"{dp * sp * tp} would leave {num_devices - dp * sp * tp} idle "
                 "(-1 = the rest)")  # fmt: skip
         elif not isinstance(d.batch_size, int) or d.batch_size < 1:
-            pass  # reported below
+            pass  # reported by the data stage
         elif d.batch_size % dp:
             bad("data.batch_size", d.batch_size,
                 f"a multiple of the data-parallel size mesh.data*mesh.fsdp = {dp}")  # fmt: skip
@@ -143,30 +186,38 @@ def validate(config, *, num_devices: int | None = None, process_count: int | Non
                 f"a divisor of the per-device batch {d.batch_size // dp}")  # fmt: skip
         if tp > 1 and m.num_heads % tp:
             bad("mesh.tensor", tp, f"a divisor of model.num_heads={m.num_heads}")
-        if sp > 1:  # context parallelism: which attention can run sequence-sharded
-            errors.extend(f"config.mesh.sequence={sp}: {why}"
-                          for why in filter(None, map(ring.refusal, names)))  # fmt: skip
-            length = input_length(config) if d.name in DATASETS else 0
-            if "linformer" in names and length % sp:
-                bad("mesh.sequence", sp, f"a divisor of the input length {length} (linformer)")
-            errors.extend(f"config.mesh.sequence={sp}: {why}" for why in
-                          ring.sparse_config_problems(names, length=length, n=sp,
-                                                      positional=m.positional))  # fmt: skip
-            for name in (nm for nm in names if nm in ring.RING_MECHANISMS):
-                impl = dict(options.get(name, {}) or {}).get("implementation", "auto")
-                errors.extend(f"config.mesh.sequence={sp} with config.model.attention_options."
-                              f"{name}.implementation={impl!r}: {why}"
-                              for why in ring.config_problems(
-                                  impl, length=length, num_heads=m.num_heads, n=sp,
-                                  tensor=tp))  # fmt: skip
+        if sp > 1:
+            _sequence_parallel_problems(ctx, sp, tp, bad, errors)
     except ValueError as e:
         errors.append(str(e))
-    if isinstance(d.batch_size, int) and d.batch_size % max(process_count, 1):
-        bad("data.batch_size", d.batch_size, f"a multiple of the process count {process_count}")
-    if t.eval_batch_size and t.eval_batch_size % max(process_count, 1):
+    if isinstance(d.batch_size, int) and d.batch_size % max(ctx.process_count, 1):
+        bad("data.batch_size", d.batch_size, f"a multiple of the process count {ctx.process_count}")
+    if t.eval_batch_size and t.eval_batch_size % max(ctx.process_count, 1):
         bad("train.eval_batch_size", t.eval_batch_size, "a multiple of the process count")
 
-    # ---- optimizer
+
+def _sequence_parallel_problems(ctx, sp: int, tp: int, bad, errors) -> None:
+    m, names = ctx.config.model, ctx.names
+    errors.extend(
+        f"config.mesh.sequence={sp}: {why}" for why in filter(None, map(ring.refusal, names))
+    )
+    length = input_length(ctx.config) if ctx.known_data else 0
+    if "linformer" in names and length % sp:
+        bad("mesh.sequence", sp, f"a divisor of the input length {length} (linformer)")
+    errors.extend(f"config.mesh.sequence={sp}: {why}" for why in
+                  ring.sparse_config_problems(names, length=length, n=sp,
+                                              positional=m.positional))  # fmt: skip
+    for name in (nm for nm in names if nm in ring.RING_MECHANISMS):
+        impl = dict(ctx.options.get(name, {}) or {}).get("implementation", "auto")
+        errors.extend(f"config.mesh.sequence={sp} with config.model.attention_options."
+                      f"{name}.implementation={impl!r}: {why}"
+                      for why in ring.config_problems(
+                          impl, length=length, num_heads=m.num_heads, n=sp,
+                          tensor=tp))  # fmt: skip
+
+
+def _optimizer_stage(ctx, bad, errors) -> None:
+    o, t = ctx.config.optimizer, ctx.config.train
     if not isinstance(o.grad_accum_steps, int) or o.grad_accum_steps < 1:
         bad("optimizer.grad_accum_steps", o.grad_accum_steps, "a positive integer")
     if not o.learning_rate > 0:
@@ -185,20 +236,21 @@ def validate(config, *, num_devices: int | None = None, process_count: int | Non
             bad(f"optimizer.{field}", o[field], ">= 0 (grad_clip_norm 0 = no clipping)")
     if not 0.0 <= o.min_lr_ratio <= 1.0:
         bad("optimizer.min_lr_ratio", o.min_lr_ratio, "0 <= ratio <= 1")
-    errors.extend(optim.validate_optimizer(config))
+    errors.extend(optim.validate_optimizer(ctx.config))
 
-    # ---- train
+
+def _train_stage(ctx, bad, errors) -> None:
+    """The train block, then what the data's task needs (``Task.validate``)."""
+    config, t, m, d = ctx.config, ctx.config.train, ctx.config.model, ctx.config.data
     if not isinstance(t.num_steps, int) or t.num_steps < 1:
         bad("train.num_steps", t.num_steps, "a positive integer")
-    for field in (
-        "checkpoint_every",
-        "eval_every",
-        "eval_max_batches",
-        "stop_after",
-        "sample_length",
-    ):
+    for field in ("checkpoint_every", "eval_every", "eval_max_batches", "stop_after",
+                  "sample_length"):  # fmt: skip
         if not isinstance(t[field], int) or t[field] < 0:
             bad(f"train.{field}", t[field], "an integer >= 0 (0 = off)")
+    n_test = t.get("test_max_batches", 0)
+    if isinstance(n_test, bool) or not isinstance(n_test, int) or n_test < 0:
+        bad("train.test_max_batches", n_test, "an integer >= 0 (0 = the whole test split)")
     if not isinstance(t.log_every, int) or t.log_every < 1:
         bad("train.log_every", t.log_every, "a positive integer")
     if not isinstance(t.max_to_keep, int) or t.max_to_keep < 1:
@@ -207,29 +259,23 @@ def validate(config, *, num_devices: int | None = None, process_count: int | Non
         flops.parse_profile_steps(t.get("profile_steps", ""))
     except ValueError as e:
         errors.append(str(e))
-    if task is not None:
-        task.validate(config, bad)  # what the data's task needs (LM: the sample length)
+    if ctx.task is not None:
+        ctx.task.validate(config, bad)  # what the data's task needs (LM: the sample length)
     if d.get("objective") == "span_corruption" and (config.get("eval") or {}).get(
         "decode_metrics", True
     ):  # span-corrupted text has no reference translations to score
         bad("eval.decode_metrics", True, "False with data.objective='span_corruption'")
-    from seqjax.data.config import PAIR_DATASETS
-
-    if m.get("towers", 1) != 1 and d.name in DATASETS and d.name not in PAIR_DATASETS:
+    pairs = data_registry.names("pairs")
+    if m.get("towers", 1) != 1 and ctx.known_data and d.name not in pairs:
         bad("model.towers", m.towers, f"1 for {d.name!r}, one input a row (2: a pair data set, "
-            f"{', '.join(PAIR_DATASETS)})")  # fmt: skip
-
-    # ---- model kind (Transformer-XL)
-    _validate_kind(config, bad)
-    _validate_values(config, bad, errors)
-
-    if errors:
-        raise ConfigError("invalid config:\n  - " + "\n  - ".join(errors))
+            f"{', '.join(pairs)})")  # fmt: skip
 
 
-def _validate_kind(config, bad) -> None:
-    """``model.kind``/``mem_len`` and what a recurrent kind requires (its own ``validate``,
-    declared beside the model: ``seqjax.models.memory``)."""
+def _kind_stage(ctx, bad, errors) -> None:
+    """``model.kind``/``mem_len`` and what a recurrent kind requires: contiguous token
+    streams of its data set (``DataSet.streams``) and its own ``validate``, declared beside
+    the model (``seqjax.models.memory``)."""
+    config = ctx.config
     kinds = memory.kinds()
     kind = memory.kind(config)
     mem_len = config.model.get("mem_len", 0)
@@ -244,6 +290,10 @@ def _validate_kind(config, bad) -> None:
             recurrent = " or ".join(f'"{k}"' for k, r in kinds.items() if r)
             bad("model.mem_len", mem_len, f"0 unless model.kind={recurrent}")
         return
+    streams = [n for n in data_registry.names() if data_registry.get(n).streams]
+    if config.data.name not in streams:
+        bad("data.name", config.data.name,
+            f"a language-modelling corpus for {kind}: {', '.join(streams)}")  # fmt: skip
     rec.validate(config, bad)
 
 
@@ -251,10 +301,11 @@ def _is_int(x) -> bool:
     return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
-def _validate_values(config, bad, errors: list) -> None:
+def _values_stage(ctx, bad, errors: list) -> None:
     """Sizes, seeds and numbers that must be positive or finite, and every attention
     option's *value* (traced abstractly, so nothing compiles)."""
-    d, m, o = config.data, config.model, config.optimizer
+    config = ctx.config
+    m, o = config.model, config.optimizer
     if not _is_int(config.get("seed")) or not 0 <= config.seed < 2**32:
         bad("seed", config.get("seed"), "an integer 0 <= seed < 2**32")
     lr = o.get("learning_rate")
@@ -272,8 +323,8 @@ def _validate_values(config, bad, errors: list) -> None:
     temp = t.get("sample_temperature")
     if not isinstance(temp, numbers.Real) or not math.isfinite(temp) or temp < 0:
         bad("train.sample_temperature", temp, "a finite number >= 0 (0 = greedy)")
-    task = tasks.for_data_config(d)
-    if errors or d.name not in DATASETS or task is None:
+    task = ctx.task
+    if errors or not ctx.known_data or task is None:
         return  # option values are probed only on an otherwise valid config
     options = m.get("attention_options") or {}
     length = input_length(config)
@@ -314,3 +365,15 @@ def _positional_and_adaptive_problems(m) -> list[str]:
         except ValueError as e:
             problems.append(f"config.{e}")
     return problems
+
+
+# The stages of ``validate``, in the order their messages are listed.
+STAGES = (
+    _model_stage,
+    _data_stage,
+    _mesh_stage,
+    _optimizer_stage,
+    _train_stage,
+    _kind_stage,
+    _values_stage,
+)

@@ -116,7 +116,8 @@ def train() -> ml_collections.ConfigDict:
     c.eval_every = 250  # validation every N steps (0 = only the final test evaluation)
     c.eval_max_batches = 20  # validation batches per evaluation during training (0 = all)
     c.eval_batch_size = 0  # global batch for evaluation (0 = data.batch_size)
-    c.final_eval = True  # evaluate the whole test split at the end
+    c.final_eval = True  # evaluate the test split at the end
+    c.test_max_batches = 0  # test batches of that evaluation (0 = the whole split; smokes: a slice)
     c.checkpoint_every = 250  # save every N steps (0 = only at the end / on SIGTERM)
     c.max_to_keep = 3  # newest checkpoints kept
     c.async_checkpointing = True  # write checkpoints in the background while training
@@ -125,6 +126,10 @@ def train() -> ml_collections.ConfigDict:
     c.stop_after = 0
     # Token-level label smoothing epsilon of sequence-to-sequence losses (Vaswani et al.: 0.1).
     c.label_smoothing = 0.0
+    # LM cross-entropy in chunks of this many tokens, never the float32 [B, T, V] logits
+    # (seqjax.models.chunked_xent): None = chunked where those logits would reach 256 MiB
+    # on one device, 0 = the plain form (seqjax.tasks.lm).
+    c.xent_chunk = config_dict.placeholder(int)
     # A task that generates (the LM; seqjax.tasks.Task.generates): the end-of-run sample
     # (a seq2seq task translates the prompt).
     c.sample_prompt = "def "  # prompt of the sample printed at the end

@@ -14,6 +14,9 @@ import sys
 import traceback
 from pathlib import Path
 
+from seqjax import console
+from seqjax.train import paths
+
 BUG_LINE = (
     "this is a bug in seqjax, not a problem with your input: please report it with the "
     "traceback above and the command line"
@@ -22,11 +25,12 @@ BUG_LINE = (
 
 def _user_error_types() -> tuple[type, ...]:
     from seqjax.data import sources
-    from seqjax.train import checkpoint, cli_inputs, config_validation, workdir
+    from seqjax.tasks import inputs
+    from seqjax.train import checkpoint, config_validation, workdir
 
     return (
         config_validation.ConfigError,
-        cli_inputs.InputError,
+        inputs.InputError,
         workdir.WorkdirError,
         checkpoint.CheckpointError,
         sources.DataError,
@@ -122,22 +126,13 @@ def interrupted_message(workdir: str | None) -> str:
     return f"interrupted (Ctrl-C); {_kept(workdir)}: rerun the same command to resume from it"
 
 
-def _config_arg(argv: list[str]) -> str | None:
-    for i, arg in enumerate(argv[1:], start=1):
-        if arg.startswith("--config="):
-            return arg.split("=", 1)[1]
-        if arg == "--config" and i + 1 < len(argv):
-            return argv[i + 1]
-    return None
-
-
 def config_file_problem(argv: list[str]) -> str | None:
     """A sentence when ``--config=path[:variant]`` names a missing file or a bad variant.
 
     The config file is loaded and ``get_config(variant)`` called once here, so that an
     unknown variant or a missing file ends in one line instead of a flag-parsing traceback.
     """
-    value = _config_arg(argv)
+    value = console.config_arg(argv)
     if not value:
         return None
     path, _, variant = value.partition(":")
@@ -146,9 +141,7 @@ def config_file_problem(argv: list[str]) -> str | None:
     if os.path.isdir(path):
         return f"--config={path} is a folder; give a config file like configs/char_lm.py"
     try:
-        from seqjax.configs import common as config_common
-
-        module = config_common.load_file(path, "_seqjax_config_check")
+        module = paths.load_file(path, "_seqjax_config_check")
     except SyntaxError as e:
         return f"--config file {path} has a syntax error at line {e.lineno}: {e.msg}"
     if not hasattr(module, "get_config"):

@@ -220,10 +220,15 @@ def prepare_training(config, workdir) -> None:
         import_modules(before, field=f"the run in {workdir} (its config.json imports)")
         add_imports(config, before)
     import_modules(config.get("imports") or ())
-    unknown = [n for n in mechanism_names(config) if n not in attention.names()]
+    m = config.get("model") or {}
+    for field in ("attention", "decoder_attention"):  # the field that names it, not another
+        names = [n.strip() for n in str(m.get(field) or "").split(",") if n.strip()]
+        unknown = [n for n in dict.fromkeys(names) if n not in attention.names()]
+        if unknown:
+            break
     if unknown:
         raise ExtensionError(
-            f"config.model.attention names {', '.join(map(repr, unknown))}, which no imported "
+            f"config.model.{field} names {', '.join(map(repr, unknown))}, which no imported "
             f"module registers; registered: {', '.join(attention.names())}. A mechanism of "
             "your own is registered by --import MODULE or config.imports (docs/extending.md)"
         )

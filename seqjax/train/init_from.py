@@ -29,6 +29,7 @@ logged and written to ``<workdir>/init_from.json``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from pathlib import Path
@@ -105,10 +106,32 @@ def check_vocabulary(value, state_dir: str, data_cfg) -> None:
                    "options")  # fmt: skip
 
 
+class _NoItemMetadataWarning(logging.Filter):
+    """Drops Orbax's ``Metadata file does not exist: .../state/_CHECKPOINT_METADATA``: that
+    file is the step's (one folder up); reading the ``state`` item directly, as init_from
+    does, makes Orbax look for it there and warn, though nothing is missing."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        return not (text.startswith("Metadata file does not exist") and "_CHECKPOINT" in text)
+
+
+@contextlib.contextmanager
+def _quiet_item_metadata():
+    """Orbax logs through absl (the ``absl`` logger): the filter holds for these calls only."""
+    logger, quiet = logging.getLogger("absl"), _NoItemMetadataWarning()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
+
+
 def _saved_params(value, state_dir: str) -> dict:
     """``{path tuple: metadata}`` of the checkpoint's parameters (shapes, dtypes)."""
     try:
-        meta = ocp.PyTreeCheckpointer().metadata(state_dir)
+        with _quiet_item_metadata():
+            meta = ocp.PyTreeCheckpointer().metadata(state_dir)
         tree = meta.item_metadata if hasattr(meta, "item_metadata") else meta
         tree = getattr(tree, "tree", tree)
         params = dict(tree)["params"]
@@ -166,14 +189,15 @@ def apply(run, value, workdir=None) -> dict:
         restore_args[path] = ocp.ArrayRestoreArgs(sharding=sharding, dtype=target.dtype)
     nest = traverse_util.unflatten_dict
     try:
-        restored = ocp.PyTreeCheckpointer().restore(
-            state_dir,
-            args=ocp.args.PyTreeRestore(
-                item={"params": nest(item)},
-                restore_args={"params": nest(restore_args)},
-                partial_restore=True,
-            ),
-        )
+        with _quiet_item_metadata():
+            restored = ocp.PyTreeCheckpointer().restore(
+                state_dir,
+                args=ocp.args.PyTreeRestore(
+                    item={"params": nest(item)},
+                    restore_args={"params": nest(restore_args)},
+                    partial_restore=True,
+                ),
+            )
     except Exception as e:
         raise _bad(value, f"is a damaged checkpoint ({checkpoint._reason(e)})") from None
     flat = traverse_util.flatten_dict(restored["params"])

@@ -1,4 +1,5 @@
-"""The training loop: one function, ``train_and_evaluate(config, workdir)``.
+"""The training loop: ``train_and_evaluate(config, workdir)``, in stages (set-up and
+restore, train, evaluate, finish).
 
 It always resumes from the newest complete checkpoint in ``workdir`` (state, data-iterator
 position and RNG), so rerunning the same command after a crash, a ``kill -9`` or a
@@ -13,6 +14,7 @@ host <-> device transfers are the explicit ones (the batches, the metrics fetche
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -20,6 +22,7 @@ import signal
 import sys
 import threading
 import time
+from typing import Any
 
 import jax
 import numpy as np
@@ -29,7 +32,8 @@ from jax.experimental import multihost_utils
 
 from seqjax import console
 from seqjax import data as data_lib
-from seqjax.train import checkpoint, extensions, flops, paths, setup, sharding
+from seqjax.models import flops
+from seqjax.train import checkpoint, extensions, paths, setup, sharding
 from seqjax.train import evaluator as evaluator_lib
 from seqjax.train import metrics as metrics_lib
 from seqjax.train import step as step_lib
@@ -212,7 +216,10 @@ def _throughput(config, run, t_start: float):
 
 
 def train_and_evaluate(config, workdir: str) -> dict:
-    """Trains (or resumes) the job described by ``config`` in ``workdir``.
+    """Trains (or resumes) the job described by ``config`` in ``workdir``, in stages:
+    ``_set_up`` (validate, build, restore or init; a finished run returns its result),
+    ``_train`` (step, fetch metrics one step late, save, ``_evaluate`` every
+    ``train.eval_every``) and ``_finish`` (test split, sample, ``result.json``).
 
     Returns:
       ``{'step', 'stopped', 'test': {...} or None, 'sample': str or None}``; ``stopped`` is
@@ -222,14 +229,53 @@ def train_and_evaluate(config, workdir: str) -> dict:
       ConfigError: an invalid config (before anything compiles).
       NonFiniteLossError: the loss became NaN/Inf; the last good checkpoint is kept.
     """
-    # ---- build, then restore or init ---------------------------------------------------
+    job = _set_up(config, workdir)
+    if isinstance(job, dict):  # the run had finished already: its recorded result
+        return job
+    stopped = _train(job)
+    return _finish(job, stopped)
+
+
+@dataclasses.dataclass
+class _Job:
+    """What the stages share: the built run, its checkpointer, data, state and writers."""
+
+    config: Any
+    workdir: Any
+    run: Any
+    ckpt: Any
+    train_iter: Any
+    state: Any
+    step: int
+    last_saved: int | None
+    primary: bool
+    train_step: Any = None
+    evaluator: Any = None
+    writer: Any = None
+    progress: Any = None
+    metrics: Any = None
+    t_start: float = 0.0
+
+    def save(self, s: int) -> None:
+        """Checkpoint step ``s`` (once; fetches the pending metrics first, so nothing is
+        saved after a non-finite step)."""
+        self.metrics.flush()
+        if s != self.last_saved:
+            with jax.transfer_guard("allow"):  # Orbax copies the state to the host
+                self.ckpt.save(s, self.state, self.train_iter.get_state(),
+                               _config_dict(self.config))  # fmt: skip
+            self.last_saved = s
+
+
+def _set_up(config, workdir: str) -> _Job | dict:
+    """Validates and builds the run, restores the newest checkpoint (or initialises), makes
+    the compile-once step, the evaluator and the writers; a finished run's result instead."""
     t_cfg = config.train
     workdir = paths.workdir_path(workdir)  # relative, ~, symlink or gs:// -> absolute
     workdir.mkdir(parents=True, exist_ok=True)
     primary = jax.process_index() == 0
     with _banners_to_stderr():
         run = setup.build(config)  # validates first
-    mesh = run.mesh
     ckpt = checkpoint.Checkpointer(
         workdir, max_to_keep=t_cfg.max_to_keep, async_save=t_cfg.async_checkpointing
     )
@@ -238,146 +284,139 @@ def train_and_evaluate(config, workdir: str) -> dict:
         ckpt.close()
         return finished
     with _banners_to_stderr():
-        train_iter = data_lib.make(
-            config.data,
-            split="train",
-            process_index=jax.process_index(),
-            process_count=jax.process_count(),
-            train=True,
-        )
+        train_iter = data_lib.make(config.data, split="train", process_index=jax.process_index(),
+                                   process_count=jax.process_count(), train=True)  # fmt: skip
     state, latest = _restore_or_init(run, ckpt, train_iter, workdir)
     _log_start(config, run, state, workdir, latest, primary)
-
-    # ---- compile-once programs, metrics, progress --------------------------------------
-    train_step = step_lib.jit_train_step(
-        step_lib.make_train_step(
-            run.model,
-            run.task,
-            run.tx,
-            run.schedule,
-            accum_steps=config.optimizer.grad_accum_steps,
-            mesh=mesh,
-            epoch_steps=run.epoch_steps,
-        ),
+    job = _Job(config, workdir, run, ckpt, train_iter, state,
+               step=int(jax.device_get(state["step"])), last_saved=latest,
+               primary=primary)  # fmt: skip
+    job.train_step = step_lib.jit_train_step(
+        step_lib.make_train_step(run.model, run.task, run.tx, run.schedule,
+                                 accum_steps=config.optimizer.grad_accum_steps, mesh=run.mesh,
+                                 epoch_steps=run.epoch_steps),
         run.shardings,
-        mesh,
-    )
-    evaluator = evaluator_lib.Evaluator(run)
-    writer = metrics_lib.MetricWriter(workdir, enabled=primary)
-    writer.write_config(config)
-    step = int(jax.device_get(state["step"]))
-    num_steps = t_cfg.num_steps
-    t_start = time.perf_counter()
-    tokens_per_step, throughput = _throughput(config, run, t_start)
-    progress = metrics_lib.Progress(
-        num_steps,
-        step,
+        run.mesh,
+    )  # fmt: skip
+    job.evaluator = evaluator_lib.Evaluator(run)
+    job.writer = metrics_lib.MetricWriter(workdir, enabled=primary)
+    job.writer.write_config(config)
+    job.t_start = time.perf_counter()
+    tokens_per_step, throughput = _throughput(config, run, job.t_start)
+    job.progress = metrics_lib.Progress(
+        t_cfg.num_steps,
+        job.step,
         enabled=primary,
         tokens_per_step=tokens_per_step,
         unit=run.task.unit,  # tokens (LM) or examples (classification) per second
     )
-    metrics = _Metrics(
-        writer, progress, ckpt, log_every=t_cfg.log_every, num_steps=num_steps, extra=throughput
-    )
+    job.metrics = _Metrics(job.writer, job.progress, ckpt, log_every=t_cfg.log_every,
+                           num_steps=t_cfg.num_steps, extra=throughput)  # fmt: skip
     if jax.process_count() > 1:
         # The primary's start-up work above (git, run info, TensorBoard) can take a while on
         # a loaded machine, and gloo waits only 30 s at a first collective: line the
         # processes up on the coordination service first (no device collective).
         ocp.multihost.get_barrier_sync_fn()(key="seqjax_run_start", timeout_ms=600_000)
+    return job
+
+
+def _train(job: _Job) -> str:
+    """Steps until ``train.num_steps`` (or SIGTERM / ``train.stop_after``), saving every
+    ``checkpoint_every`` and at the end, evaluating every ``eval_every``; returns how it
+    stopped ('done', 'preempted', 'stop_after')."""
+    t_cfg, mesh = job.config.train, job.run.mesh
     profile = flops.parse_profile_steps(t_cfg.get("profile_steps", ""))
-    profile_dir = os.fspath(workdir / "profile")
-    tracing = [False]
-    config_dict = _config_dict(config)
-    last_saved = [latest]
-
-    def save(s):
-        metrics.flush()  # nothing is saved after a non-finite step
-        if s != last_saved[0]:
-            with jax.transfer_guard("allow"):  # Orbax copies the state to the host
-                ckpt.save(s, state, train_iter.get_state(), config_dict)
-            last_saved[0] = s
-
-    # ---- train: step, fetch metrics one step late, save, evaluate -----------------------
+    profile_dir = os.fspath(job.workdir / "profile")
+    tracing = False
     flag = _StopFlag()
     stopped = "done"
     try:
         with (
-            console.logs_above_bar(progress),
+            console.logs_above_bar(job.progress),
             sharding.rules_and_mesh(mesh),
             jax.transfer_guard("disallow"),
         ):
-            while step < num_steps:
+            while job.step < t_cfg.num_steps:
                 with jax.transfer_guard("allow"):  # a small all-gather when agreed by hand
-                    preempted = flag.requested(step)
+                    preempted = flag.requested(job.step)
                 if preempted:
                     stopped = "preempted"
                     break
-                if t_cfg.stop_after and step >= t_cfg.stop_after:
+                if t_cfg.stop_after and job.step >= t_cfg.stop_after:
                     stopped = "stop_after"
                     break
                 with jax.transfer_guard_host_to_device("allow"):  # the batch, on purpose
-                    batch = sharding.global_batch(next(train_iter), mesh)
-                if profile and step + 1 == profile[0]:
+                    batch = sharding.global_batch(next(job.train_iter), mesh)
+                if profile and job.step + 1 == profile[0]:
                     jax.profiler.start_trace(profile_dir)
-                    tracing[0] = True
-                state, m = train_step(state, batch)
-                step += 1
-                if tracing[0] and step + 1 == profile[1]:
+                    tracing = True
+                job.state, m = job.train_step(job.state, batch)
+                job.step += 1
+                if tracing and job.step + 1 == profile[1]:
                     jax.block_until_ready(m)
                     jax.profiler.stop_trace()
-                    tracing[0] = False
+                    tracing = False
                     logging.info("profile of steps %d-%d written to %s", *profile, profile_dir)
-                metrics.add(step, m)  # fetches the previous steps' while this step runs
-                if t_cfg.checkpoint_every and step % t_cfg.checkpoint_every == 0:
-                    save(step)
-                if t_cfg.eval_every and step % t_cfg.eval_every == 0 and step < num_steps:
-                    metrics.flush()
-                    res = evaluator(
-                        state["params"], "validation", max_batches=t_cfg.eval_max_batches
-                    )
-                    writer.write(step, res, prefix="validation/")
-                    progress.write(f"step {step}: validation {_fmt(res)}")
-                    _eval_pictures(
-                        config, run, state["params"], "validation", step, writer, workdir
-                    )
-                    if run.task.generates and t_cfg.sample_length:
-                        with jax.transfer_guard("allow"):  # the sample at this evaluation
-                            text = _sample(config, run, state["params"], False)
-                        writer.write_text("sample", _describe(run, t_cfg, text), step)
-            save(step)
-        ckpt.wait()
+                job.metrics.add(job.step, m)  # fetches the previous steps' while this one runs
+                if t_cfg.checkpoint_every and job.step % t_cfg.checkpoint_every == 0:
+                    job.save(job.step)
+                if (t_cfg.eval_every and job.step % t_cfg.eval_every == 0
+                        and job.step < t_cfg.num_steps):  # fmt: skip
+                    _evaluate(job)
+            job.save(job.step)
+        job.ckpt.wait()
     finally:
-        if tracing[0]:  # the run stopped inside the traced steps
+        if tracing:  # the run stopped inside the traced steps
             jax.profiler.stop_trace()
         flag.restore()
-        progress.close()
-        train_iter.close()  # grain's threads and worker processes
+        job.progress.close()
+        job.train_iter.close()  # grain's threads and worker processes
+    return stopped
 
-    # ---- finish: test split, sample, result ---------------------------------------------
+
+def _evaluate(job: _Job) -> None:
+    """The validation split (``train.eval_max_batches``), its pictures and a sample."""
+    t_cfg, params = job.config.train, job.state["params"]
+    job.metrics.flush()
+    res = job.evaluator(params, "validation", max_batches=t_cfg.eval_max_batches)
+    job.writer.write(job.step, res, prefix="validation/")
+    job.progress.write(f"step {job.step}: validation {_fmt(res)}")
+    _eval_pictures(job.config, job.run, params, "validation", job.step, job.writer, job.workdir)
+    if job.run.task.generates and t_cfg.sample_length:
+        with jax.transfer_guard("allow"):  # the sample at this evaluation
+            text = _sample(job.config, job.run, params, False)
+        job.writer.write_text("sample", _describe(job.run, t_cfg, text), job.step)
+
+
+def _finish(job: _Job, stopped: str) -> dict:
+    """The result: after a full run the test split (``train.final_eval``), its pictures and
+    the sample, written to ``result.json``; after a stop, only what resumes it."""
+    t_cfg, run, step, writer = job.config.train, job.run, job.step, job.writer
     result = {"step": step, "stopped": stopped, "test": None, "sample": None}
-    if getattr(train_iter, "packing_efficiency", None) is not None:  # seqjax.data.packing
-        result["packing_efficiency"] = train_iter.packing_efficiency
+    if getattr(job.train_iter, "packing_efficiency", None) is not None:  # seqjax.data.packing
+        result["packing_efficiency"] = job.train_iter.packing_efficiency
     if stopped != "done":
         logging.info("stopped (%s) at step %d; checkpoint saved, rerun to resume", stopped, step)
         writer.close()
-        ckpt.close()
+        job.ckpt.close()
         return result
+    params = job.state["params"]
     if t_cfg.final_eval:
-        res = evaluator(state["params"], "test")
+        res = job.evaluator(params, "test", max_batches=t_cfg.get("test_max_batches", 0))
         writer.write(step, res, prefix="test/")
         result["test"] = res
-        with sharding.rules_and_mesh(mesh):
-            _eval_pictures(config, run, state["params"], "test", step, writer, workdir)
-        if primary:  # the result once, on stdout
+        with sharding.rules_and_mesh(run.mesh):
+            _eval_pictures(job.config, run, params, "test", step, writer, job.workdir)
+        if job.primary:  # the result once, on stdout
             print(f"test ({step} steps): {_fmt(res)}", flush=True)
     if run.task.generates and t_cfg.sample_length:
-        result["sample"] = _sample(config, run, state["params"], primary)
+        result["sample"] = _sample(job.config, run, params, job.primary)
         writer.write_text("sample", _describe(run, t_cfg, result["sample"]), step)
-    result["train_seconds"] = time.perf_counter() - t_start
-    if primary:
-        (workdir / "result.json").write_text(json.dumps(result, indent=2) + "\n")
+    result["train_seconds"] = time.perf_counter() - job.t_start
+    if job.primary:
+        (job.workdir / "result.json").write_text(json.dumps(result, indent=2) + "\n")
     writer.close()
-    ckpt.close()
+    job.ckpt.close()
     return result
 
 

@@ -24,11 +24,6 @@ from seqjax.console import BOOKKEEPING
 from seqjax.train import paths
 
 
-def bits(nats_per_token: float) -> float:
-    """Nats -> bits (bits per character/byte when a token is a character/byte)."""
-    return nats_per_token / math.log(2.0)
-
-
 class MetricWriter:
     """Appends ``{"step": s, ...}`` lines to ``metrics.jsonl`` and scalars to TensorBoard.
 

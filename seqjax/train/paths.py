@@ -3,16 +3,23 @@
 Every piece of workdir I/O (Orbax checkpoints, ``metrics.jsonl``, TensorBoard events,
 ``config.json``, run info, ``result.json``, sweeps) goes through ``etils.epath``, so a
 ``gs://bucket/run`` workdir is written to the bucket (``pip install "seqjax[gcs]"`` installs
-``gcsfs`` for it) and a local one through the same calls.
+``gcsfs`` for it) and a local one through the same calls. The config file a ``--config``
+value names is found (``config_file``) and loaded as a module (``load_file``) here too.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import os
+import pathlib
+import sys
 import time
+import types
 
 from etils import epath
+
+from seqjax.train import lines
 
 #: URI schemes ``etils.epath`` reads and writes through fsspec (gcsfs, s3fs, adlfs...).
 REMOTE_PREFIXES = ("gs://", "s3://", "az://")
@@ -106,10 +113,14 @@ class _RewrittenTextFile:
 
 
 def open_append(path: epath.Path):
-    """A line-buffered text file opened for appending (rewritten whole on object stores)."""
+    """A text file for appending whole lines (rewritten whole on object stores).
+
+    Locally each line is written whole or not at all, and a torn last line left by an
+    earlier process is removed first (``seqjax.train.lines``).
+    """
     if is_remote(path):
         return _RewrittenTextFile(path)
-    return open(os.fspath(path), "a", buffering=1)
+    return lines.LineFile(os.fspath(path))
 
 
 def config_file(spec: str) -> str:
@@ -129,6 +140,25 @@ def config_file(spec: str) -> str:
         if found is not None and found.origin and found.origin.endswith(".py"):
             return found.origin + sep + variant
     return os.path.expanduser(name) + sep + variant
+
+
+def load_file(path, name: str | None = None, register: bool = False) -> types.ModuleType:
+    """Imports the Python file ``path`` as a fresh module (``name``: default from the stem).
+
+    ``register`` puts it in ``sys.modules`` under ``name`` first, which dataclasses and
+    pickling need to find their module again. (Config files, experiments and tests load
+    files through ``seqjax.configs.common.load_file``, this function.)
+    """
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"config file {path} does not exist")
+    name = name or f"_seqjax_config_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    if register:
+        sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def resolve_config_flag(argv: list[str]) -> list[str]:

@@ -20,7 +20,16 @@ from seqjax import data as data_lib
 from seqjax.data import pipeline
 from seqjax.models import memory
 from seqjax.models.transformer import TransformerConfig
-from seqjax.train import checkpoint, config_validation, extensions, optim, paths, sharding, state
+from seqjax.train import (
+    checkpoint,
+    config_validation,
+    extensions,
+    field_checks,
+    optim,
+    paths,
+    sharding,
+    state,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +75,12 @@ class Run:
         return jax.tree.map(lambda x: x.sharding, self.abstract)
 
     @property
+    def provenance(self) -> dict:
+        """Which module registered each mechanism the model uses and the task, and the
+        config's imports (``seqjax.train.extensions.provenance``; the run header prints it)."""
+        return extensions.provenance(self.config, self.task, self.model)
+
+    @property
     def is_xl(self) -> bool:
         """Whether the model carries a memory (Transformer-XL is the recurrent kind)."""
         return self.recurrence is not None
@@ -79,6 +94,7 @@ def build(config, *, validate: bool = True) -> Run:
     mesh = sharding.make_mesh(config.mesh)
     with console.library_prints_to_log():  # TFDS banners: stdout is for results
         info = data_lib.info(config.data)
+    check_vocabulary_bounds(config, info.vocab_size)
     task = tasks.for_run(config, info)
     model_cfg = task.model_config(config, info)
     rec = memory.recurrence(config)
@@ -90,7 +106,31 @@ def build(config, *, validate: bool = True) -> Run:
         model, tx, input_shapes, config.seed, mesh, memory_batch=memory_batch
     )
     epoch_steps = _stream_epoch_steps(config, info) if rec else None
-    return Run(config, info, task, model, tx, schedule, mesh, abstract, init, rec, epoch_steps)
+    run = Run(config, info, task, model, tx, schedule, mesh, abstract, init, rec, epoch_steps)
+    if validate and (problem := field_checks.sample_prompt_problem(run)):  # before step 0
+        raise config_validation.ConfigError(problem)
+    return run
+
+
+def check_vocabulary_bounds(config, vocab_size: int) -> None:
+    """``model.adaptive.cutoffs`` against the data's vocabulary, once it is known (Grave et
+    al. 2017, §3: clusters ``[0, c_1), ..., [c_k, V)``, each non-empty).
+
+    Raises:
+      config_validation.ConfigError: one sentence naming the field, the vocabulary and
+        the valid range (exit 2), before any model is built.
+    """
+    a = config.model.get("adaptive")
+    if a is None or not a.get("enabled", False) or not a.get("cutoffs"):
+        return
+    cutoffs = [int(c) for c in a.cutoffs]
+    if cutoffs[-1] >= vocab_size:
+        raise config_validation.ConfigError(
+            f"config.model.adaptive.cutoffs={cutoffs} must lie in 1..{vocab_size - 1}: the "
+            f"vocabulary of data {config.data.name!r} has {vocab_size} ids; give increasing "
+            f"cutoffs below {vocab_size} (e.g. --config.model.adaptive.cutoffs="
+            f"'({vocab_size // 10}, {vocab_size // 2})')"
+        )
 
 
 def _stream_epoch_steps(config, info) -> int:

@@ -1,19 +1,21 @@
-"""Device mesh, logical-axis rules and sharded arrays.
+"""The trainer's device mesh and sharded state: processes, the mesh from ``config.mesh``,
+the shardings of a training state and the start-of-run sharding report.
 
-One table (``RULES``) maps the logical axis names the models put on parameters and
-activations (``seqjax.models.layers``: vocab, embed, heads, kv, mlp, length, batch) to the
-mesh axes ``data`` (pure data parallelism), ``fsdp`` (data parallelism whose parameters and
-optimizer state are sharded too), ``sequence`` (context parallelism: activations split along
-the sequence; embeddings, norms and MLPs are token-local, and attention runs as ring or
-all-to-all attention, ``seqjax.attention.ring``) and ``tensor`` (Megatron-style tensor
-parallelism over heads / the feed-forward width / the vocabulary).
+One table (``RULES``, ``seqjax.models.sharding_rules``) maps the logical axis names the
+models put on parameters and activations (``seqjax.models.layers``: vocab, embed, heads, kv,
+mlp, length, batch) to the mesh axes ``data`` (pure data parallelism), ``fsdp`` (data
+parallelism whose parameters and optimizer state are sharded too), ``sequence`` (context
+parallelism: activations split along the sequence; embeddings, norms and MLPs are
+token-local, and attention runs as ring or all-to-all attention, ``seqjax.attention.ring``)
+and ``tensor`` (Megatron-style tensor parallelism over heads / the feed-forward width / the
+vocabulary). The rules, the batch layout (``global_batch``) and ``rules_and_mesh`` are
+imported from there and used here under the same names.
 
 Legend: B global batch, b per-process batch, T sequence length.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import os
@@ -23,21 +25,16 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
-MESH_AXES = ("data", "fsdp", "sequence", "tensor")
-
-# Logical axis -> mesh axes, by priority (Flax assigns a mesh axis at most once per array,
-# so activations ("batch", "length", "embed") shard the batch over data+fsdp, the sequence
-# over sequence and keep the embedding whole, while the parameters' "embed" dimension is
-# sharded over fsdp).
-RULES = (
-    ("batch", ("data", "fsdp")),
-    ("vocab", "tensor"),
-    ("heads", "tensor"),
-    ("mlp", "tensor"),
-    ("embed", "fsdp"),
-    ("kv", None),
-    ("length", "sequence"),
-    ("proj_k", None),  # Linformer's projected length k
+# The rules, the mesh axes and the batch layout are the models' (``seqjax.models.
+# sharding_rules``); the trainer builds its mesh and state shardings on them. The loop, the
+# evaluator, the steps and the state call batch_sharding / global_batch / rules_and_mesh here.
+from seqjax.models.sharding_rules import (  # noqa: F401 (used through this module, see above)
+    MESH_AXES,
+    RULES,
+    batch_sharding,
+    data_parallel_size,
+    global_batch,
+    rules_and_mesh,
 )
 
 
@@ -116,15 +113,6 @@ def make_mesh(mesh_cfg) -> jax.sharding.Mesh:
     return jax.make_mesh(
         shape, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES), devices=used
     )
-
-
-@contextlib.contextmanager
-def rules_and_mesh(mesh):
-    """Context for running model code on ``mesh`` with the logical-axis ``RULES``, so the
-    models' ``nn.with_logical_constraint`` calls shard activations (batch over data+fsdp,
-    length over sequence); attention reads the ``sequence`` axis from this mesh."""
-    with jax.set_mesh(mesh), nn.logical_axis_rules(RULES):
-        yield
 
 
 # A parameter this large that the rules meant to shard but that ends up replicated on every
@@ -214,21 +202,6 @@ def state_shardings(abstract_boxed, mesh):
         shapes,
         is_leaf=lambda s: isinstance(s, PartitionSpec),
     )
-
-
-def batch_sharding(mesh) -> NamedSharding:
-    """Leading (batch) axis split over data and fsdp, the rest replicated."""
-    return NamedSharding(mesh, PartitionSpec(("data", "fsdp")))
-
-
-def data_parallel_size(mesh) -> int:
-    return mesh.shape["data"] * mesh.shape["fsdp"]
-
-
-def global_batch(local: dict, mesh) -> dict:
-    """Assembles this process's numpy batch into global ``jax.Array``s sharded over the batch."""
-    sharding = batch_sharding(mesh)
-    return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local.items()}
 
 
 def describe(state, shardings, mesh, global_batch_size: int) -> str:

@@ -8,8 +8,8 @@ Transformer-XL ``(mems, valid_BM)``, the ``num_layers + 1`` hidden-state memorie
 ``[B, M, E]`` and their validity mask, Dai et al. 2019 §3.2), sharded over the batch like
 the batches, so checkpoints save it and a resumed run continues with it.
 
-Model construction is ``seqjax.models.from_config``; optimizer and schedule
-``seqjax.train.optim``.
+Model construction is ``seqjax.tasks.model_build`` (the task's ``model_config`` /
+``build_model``); optimizer and schedule ``seqjax.train.optim``.
 
 Legend: B global batch, M memory length, E model width.
 """
@@ -23,7 +23,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax.models.from_config import make_model, model_config  # noqa: F401 (re-exported)
 from seqjax.train import sharding
 from seqjax.train.optim import make_optimizer, make_schedule  # noqa: F401 (re-exported)
 

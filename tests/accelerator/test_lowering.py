@@ -311,3 +311,24 @@ def test_sharded_train_step_lowers(family, platform):
         assert "CustomSPMDPartitioning" in text  # cuDNN through its custom_partitioning rule
     else:  # the Triton kernels under shard_map over the batch
         assert lib.TRITON in text and "sdy.manual_computation" in text
+
+
+def test_flex_bigbird_per_head_lowers_to_one_triton_kernel_set_per_head():
+    """BigBird's per-head layouts (issue 40) run as one call of the Pallas-Triton kernels
+    per head on GPU: H forward, H dK/dV and H dQ kernels, each with its head's table."""
+
+    def fn(q, k, v):
+        return attention.get("flex")(
+            q, k, v, pattern="bigbird", window=1, num_global=1, num_random=1, block_size=32
+        )
+
+    def same_heads(q, k, v):  # no random blocks: one layout, one call for every head
+        return attention.get("flex")(
+            q, k, v, pattern="bigbird", window=1, num_global=1, num_random=0, block_size=32
+        )
+
+    names = _names(lib.export(_value_and_grad(fn), "cuda", *_abstract()))
+    one = _names(lib.export(_value_and_grad(same_heads), "cuda", *_abstract()))
+    assert {t for t, _ in names} == {lib.TRITON}
+    for kernel in ("seqjax_block_sparse_fwd", "seqjax_block_sparse_dkdv", "seqjax_block_sparse_dq"):
+        assert names[(lib.TRITON, kernel)] == H * one[(lib.TRITON, kernel)] > 0, kernel

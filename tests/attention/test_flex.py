@@ -214,3 +214,94 @@ def test_bigbird_layout_properties(causal, num_global):
         n, n, window=w, num_global=num_global, num_random=r, seed=8, causal=causal
     )
     assert (again == layout).all() and (other != layout).any()
+
+
+# ------------------------------------------------- BigBird per head and per layer (issue 40)
+
+
+def test_bigbird_random_blocks_differ_per_head_and_layer_with_r_per_row():
+    """google-research/bigbird draws the random blocks per head
+    (``bigbird_block_rand_mask_with_head``) and seeds each layer differently: the heads'
+    layouts and the layers' layouts differ, and every layout keeps exactly r random blocks
+    per non-global row outside its band and the globals."""
+    n, w, g, r, h = 16, 1, 2, 2, 4
+    kw = dict(window=w, num_global=g, num_random=r, seed=5, num_heads=h)
+    layer0 = flex.bigbird_block_mask(n, n, layer=0, **kw)
+    layer1 = flex.bigbird_block_mask(n, n, layer=1, **kw)
+    assert layer0.shape == (h, n, n)
+    for a in range(h):
+        for b in range(a + 1, h):
+            assert (layer0[a] != layer0[b]).any(), (a, b)
+    assert all((layer0[x] != layer1[x]).any() for x in range(h))
+    glob = (np.arange(n) < 1) | (np.arange(n) >= n - 1)
+    for layout in (*layer0, *layer1):
+        for i in np.nonzero(~glob)[0]:
+            band = np.abs(np.arange(n) - i) <= w
+            assert layout[i, band].all() and layout[i, glob].all()
+            assert layout[i, ~band & ~glob].sum() == r
+    # One layout (num_heads=None) is the first head's of the same draw; seeded.
+    one = flex.bigbird_block_mask(n, n, window=w, num_global=g, num_random=r, seed=5)
+    assert (one == layer0[0]).all()
+    assert (flex.bigbird_block_mask(n, n, layer=0, **kw) == layer0).all()
+
+
+@pytest.mark.parametrize("impl", ["blocksparse", "masked"])
+def test_bigbird_identical_heads_give_different_outputs(impl):
+    """Four identical heads as input: each head attends to its own random blocks, so the
+    four outputs differ (they were equal when one layout served every head); each head
+    equals masked attention under its own layout, in values and gradients."""
+    b, t, d, bs = 1, 64, 8, 8
+    q1, k1, v1, ct = _inputs(b, t, 1, d, seed=3)
+    q, k, v = (jnp.tile(x, (1, 1, 4, 1)) for x in (q1, k1, v1))
+    ct = jnp.tile(ct, (1, 1, 4, 1))
+    opts = dict(pattern="bigbird", window=1, num_global=1, num_random=2, block_size=bs, seed=1)
+    out = FLEX(q, k, v, implementation=impl, **opts)
+    for a in range(4):
+        for c in range(a + 1, 4):
+            assert float(jnp.abs(out[:, :, a] - out[:, :, c]).max()) > 1e-3, (a, c)
+    layouts = flex.bigbird_block_mask(
+        t // bs, t // bs, window=1, num_global=1, num_random=2, seed=1, num_heads=4
+    )
+    elem_HTS = jnp.asarray(np.repeat(np.repeat(layouts, bs, 1), bs, 2))
+    got = _vg(lambda q, k, v: FLEX(q, k, v, implementation=impl, **opts), q, k, v, ct)
+    want = _vg(lambda q, k, v: _masked_per_head(q, k, v, elem_HTS), q, k, v, ct)
+    _close(got, want)
+
+
+def _masked_per_head(q, k, v, elem_HTS):
+    """Softmax attention with a per-head element mask ``[H, T, S]`` (the ground truth)."""
+    logits = jnp.einsum("bthd,bshd->bhts", q, k) / np.sqrt(q.shape[-1])
+    logits = jnp.where(elem_HTS[None], logits, -jnp.inf)
+    return jnp.einsum("bhts,bshd->bthd", jax.nn.softmax(logits, axis=-1), v)
+
+
+def test_bigbird_layers_of_a_model_draw_their_own_blocks():
+    """The model folds its layer index into the seed (``layers.with_layer_index``): two
+    layers of a flex-BigBird model get layer 0 and 1, so their layouts differ."""
+    from seqjax.models import layers
+
+    opts = layers.freeze_options(dict(pattern="bigbird", num_random=1, seed=4))
+    got = [dict(layers.with_layer_index("flex", opts, i)[1])["layer"] for i in range(3)]
+    assert got == [0, 1, 2]
+    given = layers.freeze_options(dict(pattern="bigbird", layer=7))
+    assert dict(layers.with_layer_index("flex", given, 2)[1])["layer"] == 7
+    assert layers.with_layer_index("dense", (), 3) == ("dense", ())
+    with pytest.raises(ValueError, match="layer must be an integer >= 0"):
+        attention.spec("flex").validate(dict(pattern="bigbird", layer=-1), 64)
+
+
+def test_bigbird_per_head_on_the_pallas_kernels_and_with_alibi():
+    """The per-head calls run the Pallas kernels (interpret mode here) and equal the masked
+    ground truth in values and gradients; a per-head ALiBi bias (each call its head's slope)
+    equals it too (``pallas`` then runs ``blocksparse``: the sliced bias has no kernel form)."""
+    from seqjax.attention import score_mod
+
+    q, k, v, ct = _inputs(1, 64, 4, 16, seed=5)
+    opts = dict(pattern="bigbird", window=1, num_global=1, num_random=2, block_size=16, layer=3)
+
+    def run(impl, **kw):
+        return _vg(lambda q, k, v: FLEX(q, k, v, implementation=impl, **opts, **kw), q, k, v, ct)
+
+    _close(run("pallas"), run("masked"))
+    alibi = score_mod.alibi(4, causal=False, q_offset=0)
+    _close(run("pallas", score_mod=alibi), run("masked", score_mod=alibi))

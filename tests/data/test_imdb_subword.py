@@ -291,6 +291,8 @@ def test_linformer_study_passes_the_vocabulary_to_every_job(tmp_path, monkeypatc
         out = json.dumps({"step": 2, "perplexity": 8.0, "accuracy": 0.6})
         return subprocess.CompletedProcess(cmd, 0, stdout=out, stderr="")
 
+    import matplotlib.font_manager  # noqa: F401  (its first import runs fc-list: not faked)
+
     monkeypatch.setattr(run.subprocess, "run", fake_run)
     run.main(["--out", str(tmp_path), "--smoke", "--ks", "16", "--vocab", "sentencepiece",
               "--vocab_size", "300", "--finetune_lr", "0.01"])  # fmt: skip

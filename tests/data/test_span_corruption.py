@@ -10,7 +10,7 @@ import pytest
 import seqjax.data as sd
 from seqjax import tasks
 from seqjax.data import api as data_api
-from seqjax.data import objectives
+from seqjax.data import span_corruption
 
 
 def _restore(src, tgt, sentinel0):
@@ -33,9 +33,9 @@ def test_corrupt_spans_t5_statistics():
     noise, spans = 0, 0
     for row in range(200):
         window = rng.integers(4, 100, size=100).astype(np.int32)
-        src, tgt = objectives.corrupt_spans(window, (0, row), sentinel0=100, eos_id=3)
+        src, tgt = span_corruption.corrupt_spans(window, (0, row), sentinel0=100, eos_id=3)
         assert src[-1] == 3 and tgt[-1] == 3
-        assert (len(src), len(tgt)) == objectives.corrupted_lengths(100)
+        assert (len(src), len(tgt)) == span_corruption.corrupted_lengths(100)
         np.testing.assert_array_equal(_restore(src, tgt, 100), window)
         k = int((tgt >= 100).sum())
         assert (src >= 100).sum() == k and list(tgt[tgt >= 100]) == list(range(100, 100 + k))
@@ -57,7 +57,7 @@ def test_span_corruption_batches(tmp_path):
         pytest.skip("shared data missing")
     assert problems == []
     info = sd.info(cfg)
-    K = objectives.num_sentinels(32)
+    K = span_corruption.num_sentinels(32)
     assert info.task == "seq2seq" and info.vocab_size == 400 + K
     assert tasks.for_data_config(cfg).name == "seq2seq"
     it = sd.make(cfg, split="train")

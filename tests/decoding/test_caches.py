@@ -15,7 +15,7 @@ from seqjax.attention import lsh as lsh_lib
 from seqjax.attention import numerics, score_mod
 from seqjax.decoding import lsh_cache, pattern_cache
 from seqjax.models import TransformerConfig, TransformerLM, attention_cycle, attention_layer, layers
-from seqjax.train import sampling
+from seqjax.tasks import sampling
 
 B, T, V = 2, 16, 23
 

@@ -1,4 +1,4 @@
-"""The samplers in LM sampling (``seqjax.train.sampling``) and the searches on a real
+"""The samplers in LM sampling (``seqjax.tasks.sampling``) and the searches on a real
 Transformer KV cache.
 
 Default settings give the samples of the former sampler (temperature-only categorical)
@@ -18,7 +18,7 @@ import pytest
 
 from seqjax import models
 from seqjax.decoding import beam_search, expand_to_beams, greedy_search, sequence_lengths
-from seqjax.train import sampling
+from seqjax.tasks import sampling
 
 V, L = 13, 12
 

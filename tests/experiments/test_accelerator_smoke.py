@@ -1,7 +1,9 @@
 """The accelerator benchmark script runs every section at toy sizes on a CPU (kernels in
-interpret mode) and writes its JSON and markdown: a dry run of what ``--scale gpu`` and
-``--scale tpu`` execute on a device."""
+interpret mode), every contender including the PyTorch peers where torch is installed,
+and writes its JSON and markdown: a dry run of what ``--scale gpu`` and ``--scale tpu``
+execute on a device."""
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -21,6 +23,8 @@ def test_accelerator_script_smoke(tmp_path):
         "smoke",
         "--out",
         str(tmp_path),
+        "--xent-chunks",
+        "16",
     ]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -30,9 +34,26 @@ def test_accelerator_script_smoke(tmp_path):
     for row in payload["rows"]:
         for name, value in row.get("seconds", {}).items():
             assert isinstance(value, float) and value > 0, (row["section"], name, value)
-    train = next(r for r in payload["rows"] if r["section"] == "train")
-    # The analytic model-FLOP count and XLA's count of the compiled step agree to 2x.
+    by_section = {r["section"]: r for r in payload["rows"]}
+    want = {
+        "efficient": {"performer", "linear", "performer_prefix", "linear_prefix"},
+        "train": {"seqjax", "seqjax_plain_xent", "seqjax_xent16"},
+    }
+    if importlib.util.find_spec("torch") is not None:  # the peers, in the same process
+        want |= {"dense": {"torch_sdpa"}, "sparse": {"flex_strided", "flex_fixed"}}
+        want["train"] |= {"torch_compile", "torch_eager"}
+        assert "forward only" in by_section["sparse"]["notes"]["flex_strided"]
+        assert payload["env"]["torch"] != "not used"
+    for section, names in want.items():
+        assert names <= set(by_section[section]["seconds"]), (section, names)
+    train = by_section["train"]
+    assert set(train["mfu_by_contender"]) == set(train["seconds"])
+    # The analytic model-FLOP count and XLA's count of the compiled step agree to 2x on a
+    # CPU, so the markdown prints XLA's count (on a GPU it explains why it does not).
     assert 0.5 < train["xla_flops_per_step"] / train["model_flops_per_step"] < 2.0
+    assert train["xla_flops_note"] is None
+    md = (tmp_path / "smoke.md").read_text()
+    assert "XLA cost analysis:" in md and "| seqjax_plain_xent |" in md
 
 
 def test_gpu_scale_refuses_a_cpu_backend():

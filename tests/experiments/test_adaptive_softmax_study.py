@@ -26,3 +26,29 @@ def test_adaptive_softmax_smoke(tmp_path, shared_data):
 def test_bad_scale_names_the_flag(tmp_path):
     with pytest.raises(ValueError, match="--scale"):
         load_script("adaptive_softmax/run.py").main(["--scale", "huge", "--out", str(tmp_path)])
+
+
+@pytest.mark.slow  # a subprocess: JAX start-up, data preparation, two tiny models
+def test_the_smoke_as_typed_writes_outside_the_repository_without_progress_bars(shared_data):
+    """Issue 40, item 7: ``--scale smoke`` without ``--out`` writes into a temporary folder
+    (the repository's files stay as they were) and prints no raw TFDS progress bars."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    def status():
+        cmd = ["git", "status", "--porcelain", "--untracked-files=all", "experiments"]
+        return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True).stdout
+
+    before = status()
+    proc = subprocess.run(
+        [sys.executable, "experiments/adaptive_softmax/run.py", "--scale", "smoke"],
+        cwd=REPO, capture_output=True, text=True, timeout=900,
+        env={**__import__("os").environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert status() == before
+    (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("wrote ")]
+    assert "seqjax_adaptive_smoke_" in line and str(REPO) not in line
+    assert "%|" not in proc.stdout + proc.stderr and "\r" not in proc.stdout + proc.stderr

@@ -139,7 +139,7 @@ RECURRENT_FAMILIES = {
     ],
 )
 def test_recurrent_state_decoding_equals_full_forward(family):
-    from seqjax.train import sampling
+    from seqjax.tasks import sampling
 
     cfg = _cfg(**RECURRENT_FAMILIES[family])
     assert sampling.uses_kv_cache(cfg)
@@ -157,7 +157,7 @@ def test_recurrent_state_decoding_equals_full_forward(family):
 
 
 def test_generate_with_recurrent_state_equals_recomputing_the_prefix():
-    from seqjax.train import sampling
+    from seqjax.tasks import sampling
 
     cfg = _cfg(attention=attention_cycle("linear"))
     params = jax.jit(TransformerLM(cfg).init)(jax.random.key(1), _tokens())["params"]

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from seqjax.data.vocab import Vocab
+from seqjax.tasks import inputs
 from seqjax.train import cli_inputs, errors
 
 
@@ -24,7 +25,7 @@ def fake_workdir(tmp_path):
 
 
 def _input_error(fn, *args) -> str:
-    with pytest.raises(cli_inputs.InputError) as e:
+    with pytest.raises(inputs.InputError) as e:
         fn(*args)
     msg, code = errors.message(e.value)
     assert code == 2
@@ -58,27 +59,27 @@ def test_workdir_checks(tmp_path, fake_workdir):
     ],
 )
 def test_sampling_flags(length, temperature, expected):
-    msg = _input_error(cli_inputs.check_sampling_flags, length, temperature)
+    msg = _input_error(inputs.check_sampling_flags, length, temperature)
     assert expected in msg and "valid" in msg
 
 
 def test_sampling_flags_valid():
-    cli_inputs.check_sampling_flags(0, 0.0)
-    cli_inputs.check_sampling_flags(200, 1.3)
+    inputs.check_sampling_flags(0, 0.0)
+    inputs.check_sampling_flags(200, 1.3)
 
 
 def test_length_over_the_window():
-    msg = _input_error(cli_inputs.check_window, 4, 80, 64, False)
+    msg = _input_error(inputs.check_window, 4, 80, 64, False)
     assert "model.max_len=64" in msg and "--length <= 60" in msg
-    cli_inputs.check_window(4, 60, 64, False)
-    cli_inputs.check_window(4, 500, 64, True)  # Transformer-XL: memory, no window
+    inputs.check_window(4, 60, 64, False)
+    inputs.check_window(4, 500, 64, True)  # Transformer-XL: memory, no window
 
 
 def test_a_prompt_longer_than_the_model_names_its_length():
-    msg = _input_error(cli_inputs.check_window, 70, 10, 64, False)
+    msg = _input_error(inputs.check_window, 70, 10, 64, False)
     assert "--prompt is 70 tokens long" in msg and "model.max_len=64" in msg
     assert "--length <= 0" not in msg
-    msg = _input_error(cli_inputs.check_window, 64, 0, 64, False)  # no room for one token
+    msg = _input_error(inputs.check_window, 64, 0, 64, False)  # no room for one token
     assert "--prompt is 64 tokens long" in msg
 
 
@@ -86,15 +87,15 @@ def test_a_prompt_longer_than_the_model_names_its_length():
     "top_k,top_p,expected", [(-1, 1.0, "top_k (--top_k) = -1"), (0, 1.5, "top_p (--top_p) = 1.5")]
 )
 def test_top_k_top_p_flags(top_k, top_p, expected):
-    msg = _input_error(cli_inputs.check_sampling_flags, 10, 0.8, top_k, top_p)
+    msg = _input_error(inputs.check_sampling_flags, 10, 0.8, top_k, top_p)
     assert expected in msg
-    cli_inputs.check_sampling_flags(10, 0.8, 20, 0.9)
+    inputs.check_sampling_flags(10, 0.8, 20, 0.9)
 
 
 def test_top_k_top_p_reach_the_sampler(monkeypatch):
     """``python -m seqjax.sample --top_k/--top_p`` -> ``Task.sample`` -> ``sample_text``."""
     from seqjax import tasks
-    from seqjax.train import sampling
+    from seqjax.tasks import sampling
 
     seen = {}
     monkeypatch.setattr(sampling, "sample_text", lambda *a, **kw: seen.update(kw) or "x")
@@ -105,12 +106,12 @@ def test_top_k_top_p_reach_the_sampler(monkeypatch):
 @pytest.mark.parametrize("unk", [True, False])
 def test_prompt_characters_outside_the_vocabulary(unk, capsys):
     v = Vocab("chars", tuple(sorted(map(ord, "abcdef "))), unk)
-    assert cli_inputs.usable_prompt("bad cafe", v.encode, v.decode) == "bad cafe"
-    assert cli_inputs.usable_prompt("bad café!", v.encode, v.decode) == "bad caf"
+    assert inputs.usable_prompt("bad cafe", v.encode, v.decode) == "bad cafe"
+    assert inputs.usable_prompt("bad café!", v.encode, v.decode) == "bad caf"
     err = capsys.readouterr().err
     assert "outside the model's vocabulary" in err and "'é'" in err and "'!'" in err
     assert np.array_equal(
-        v.encode("bad caf"), v.encode(cli_inputs.usable_prompt("bad caf", v.encode, v.decode))
+        v.encode("bad caf"), v.encode(inputs.usable_prompt("bad caf", v.encode, v.decode))
     )
 
 

@@ -82,7 +82,7 @@ def test_sampled_grid_is_a_real_png_of_the_right_size(tmp_path, monkeypatch):
 
     cfg, _, params = _lm("dense", shape=(4, 4, 3))
     cached = image_grid.sample_images(cfg, params, (4, 4, 3), 5, temperature=1.0, seed=3)
-    import seqjax.train.sampling as sampling
+    import seqjax.tasks.sampling as sampling
 
     monkeypatch.setattr(sampling, "uses_kv_cache", lambda cfg: False)
     windowed = image_grid.sample_images(cfg, params, (4, 4, 3), 5, temperature=1.0, seed=3)

@@ -159,3 +159,26 @@ def test_another_vocabulary_is_refused(tmp_path):
     init_from.check_vocabulary("w", state, ml_collections.ConfigDict({"name": "imdb_bytes"}))
     (tmp_path / "config.json").unlink()  # a bare checkpoint: nothing to compare
     init_from.check_vocabulary("w", state, ml_collections.ConfigDict(data))
+
+
+def test_init_from_logs_no_spurious_missing_metadata_warning(pretrained, caplog, monkeypatch):
+    """Issue 40, item 3: Orbax's ``Metadata file does not exist: .../state/
+    _CHECKPOINT_METADATA`` (the step's file, one folder up) is not logged by init_from; the
+    same calls without the filter do log it (the check can fail)."""
+    import contextlib
+    import logging
+
+    config = _config(pretrained, **{"mesh.data": 1})
+    config.init_from = str(pretrained / "mlm")
+    run = setup.build(config)
+
+    def warnings():
+        return [r for r in caplog.records if "Metadata file does not exist" in r.getMessage()]
+
+    with caplog.at_level(logging.WARNING):
+        init_from.apply(run, config.init_from)
+    assert warnings() == []
+    monkeypatch.setattr(init_from, "_quiet_item_metadata", contextlib.nullcontext)
+    with caplog.at_level(logging.WARNING):
+        init_from.apply(run, config.init_from)
+    assert warnings()  # the message this filter exists for

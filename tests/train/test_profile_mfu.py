@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from seqjax.train import config_validation, flops, loop
+from seqjax.models import flops
+from seqjax.train import config_validation, loop
 
 
 def test_profile_trace_and_flops_metrics(helpers, corpus, tmp_path):

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from seqjax import models
+from seqjax.tasks import sampling as sample
 from seqjax.train import loop, setup
-from seqjax.train import sampling as sample
 
 
 @pytest.fixture(scope="module")

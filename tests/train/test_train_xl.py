@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from seqjax.models.transformer_xl import TransformerXL, with_lengths
+from seqjax.tasks import sampling as sample
 from seqjax.train import config_validation, loop, setup
 from seqjax.train import evaluator as evaluate
-from seqjax.train import sampling as sample
 
 XL = {
     "model.kind": "transformer_xl",

@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import optax
 import pytest
 
+from seqjax.models import flops
 from seqjax.models.transformer import TransformerConfig, TransformerLM
-from seqjax.train import flops
 
 
 def test_analytic_count_agrees_with_xla_cost_analysis():

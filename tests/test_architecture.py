@@ -1,0 +1,159 @@
+"""The import graph of ``seqjax/`` runs one way: no circles, no import against the layer
+order written in ``docs/architecture.md`` (read from there, so it is written once)."""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def layer_order(doc: Path) -> dict[str, int]:
+    """``{top-level name: layer}`` from the ```text block after the order comment."""
+    text = doc.read_text()
+    found = re.search(r"<!-- the order:.*?-->\s*```text\n(.*?)```", text, re.S)
+    assert found, f"{doc} has no layer order block"
+    return {
+        name: i
+        for i, line in enumerate(found.group(1).strip().splitlines())
+        for name in line.split()
+    }
+
+
+def modules(root: Path) -> dict[str, Path]:
+    """``{dotted name: file}`` of every module of the package under ``root/seqjax``."""
+    out = {}
+    for path in (root / "seqjax").rglob("*.py"):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """``{module: modules of seqjax it imports}``, lazy (function-level) imports included."""
+    mods = modules(root)
+
+    def owner(name: str) -> str | None:  # the module that defines ``name``
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {m: set() for m in mods}
+    for mod, path in mods.items():
+        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join(up + ([node.module] if node.module else []))
+                targets = [f"{base}.{a.name}" for a in node.names] or [base]
+            for target in targets:
+                found = owner(target) if target.startswith("seqjax") else None
+                if found and found != mod:
+                    graph[mod].add(found)
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10_000))
+    try:
+        for v in sorted(graph):
+            if v not in index:
+                visit(v)
+    finally:
+        sys.setrecursionlimit(limit)
+    return out
+
+
+def top(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def against_order(graph, order) -> list[str]:
+    return sorted(
+        f"{a} (layer {top(a)}) imports {b} (layer {top(b)})"
+        for a, targets in graph.items()
+        for b in targets
+        if top(a) in order and top(b) in order and order[top(b)] > order[top(a)]
+    )
+
+
+def check(root: Path) -> list[str]:
+    """Every violation of ``root``'s tree, as sentences (empty: the house stands)."""
+    order = layer_order(REPO / "docs" / "architecture.md")
+    graph = import_graph(root)
+    problems = [
+        f"seqjax.{name} is not placed in the layer order of docs/architecture.md"
+        for name in sorted({top(m) for m in graph} - {""} - set(order))
+    ]
+    problems += against_order(graph, order)
+    problems += [f"import circle: {' <-> '.join(c)}" for c in circles(graph)]
+    return problems
+
+
+def test_no_circles_and_no_import_against_the_order():
+    problems = check(REPO)
+    assert not problems, "\n".join(problems)
+
+
+def test_the_checker_finds_a_circle_and_an_upward_import(tmp_path):
+    """The checker itself: a tree with one lazy upward import and one circle fails twice."""
+    pkg = tmp_path / "seqjax"
+    for rel, text in {
+        "__init__.py": "",
+        "attention/__init__.py": "",
+        "attention/a.py": "from seqjax.attention import b\n",
+        "attention/b.py": "def f():\n    from seqjax.attention import a\n",
+        "models/__init__.py": "",
+        "models/m.py": "def g():\n    from seqjax.train import loop\n",
+        "train/__init__.py": "",
+        "train/loop.py": "from seqjax.models import m\n",
+    }.items():
+        (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / rel).write_text(text)
+    problems = check(tmp_path)
+    assert any("seqjax.models.m (layer models) imports seqjax.train.loop" in p for p in problems)
+    assert any("seqjax.attention.a <-> seqjax.attention.b" in p for p in problems)
+    assert any("circle" in p and "seqjax.models.m" in p for p in problems)
+
+
+@pytest.mark.parametrize("name", ["attention", "data", "tasks", "train"])
+def test_every_layer_is_placed(name):
+    assert name in layer_order(REPO / "docs" / "architecture.md")
