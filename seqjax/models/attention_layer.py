@@ -52,7 +52,8 @@ def decodes_with_cache(mechanism: str, options=None) -> bool:
 
 
 class HeadsProjection(nn.Module):
-    """``[B, T, E] -> [B, T, H, D]`` with a kernel stored as ``[E, H, D]``.
+    """``[B, T, E] -> [B, T, H, D]`` with a kernel stored as ``[E, H, D]`` (and, with
+    ``use_bias``, a bias ``[H, D]``: BERT's and GPT-2's projections have one).
 
     The kernel is created in its final shape (not flattened as ``nn.DenseGeneral`` does), so
     its logical axis names ``(embed, heads, kv)`` apply under ``nn.logical_axis_rules``.
@@ -62,6 +63,7 @@ class HeadsProjection(nn.Module):
     head_dim: int
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
+    use_bias: bool = False
 
     @nn.compact
     def __call__(self, x_BTE):
@@ -76,16 +78,29 @@ class HeadsProjection(nn.Module):
             (x_BTE.shape[-1], self.num_heads, self.head_dim),
             self.param_dtype,
         )
-        return jnp.einsum("bte,ehd->bthd", x_BTE.astype(self.dtype), kernel_EHD.astype(self.dtype))
+        y_BTHD = jnp.einsum(
+            "bte,ehd->bthd", x_BTE.astype(self.dtype), kernel_EHD.astype(self.dtype)
+        )
+        if not self.use_bias:
+            return y_BTHD
+        bias_HD = self.param(
+            "bias",
+            nn.with_logical_partitioning(nn.initializers.zeros, ("heads", "kv")),
+            (self.num_heads, self.head_dim),
+            self.param_dtype,
+        )
+        return y_BTHD + bias_HD.astype(self.dtype)[None, None]
 
 
 class HeadsOutput(nn.Module):
-    """``[B, T, H, D] -> [B, T, E]`` with a kernel stored as ``[H, D, E]``."""
+    """``[B, T, H, D] -> [B, T, E]`` with a kernel stored as ``[H, D, E]`` (and, with
+    ``use_bias``, a bias ``[E]``)."""
 
     features: int
     init_scale: float = 1.0
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
+    use_bias: bool = False
 
     @nn.compact
     def __call__(self, x_BTHD):
@@ -101,7 +116,18 @@ class HeadsOutput(nn.Module):
             (h, d, self.features),
             self.param_dtype,
         )
-        return jnp.einsum("bthd,hde->bte", x_BTHD.astype(self.dtype), kernel_HDE.astype(self.dtype))
+        y_BTE = jnp.einsum(
+            "bthd,hde->bte", x_BTHD.astype(self.dtype), kernel_HDE.astype(self.dtype)
+        )
+        if not self.use_bias:
+            return y_BTE
+        bias_E = self.param(
+            "bias",
+            nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
+            (self.features,),
+            self.param_dtype,
+        )
+        return y_BTE + bias_E.astype(self.dtype)[None, None]
 
 
 class MultiHeadAttention(nn.Module):
@@ -142,6 +168,10 @@ class MultiHeadAttention(nn.Module):
         memory first), or at the KV-cache index while decoding (keys enter the cache
         rotated). Not applied to cross-attention.
       rope_base, t5_buckets, t5_max_distance: the schemes' hyper-parameters.
+      use_bias: biases on the Q/K/V and output projections (BERT, GPT-2; default none).
+      scale: the logits' scale; 0 means the mechanism's own ``1/sqrt(D)`` (Vaswani et al.
+        2017, eq. 1). T5 uses 1.0 (Raffel et al. 2020: the scale is folded into the
+        initialization of the query projection).
     """
 
     num_heads: int
@@ -160,11 +190,18 @@ class MultiHeadAttention(nn.Module):
     rope_base: float = 10000.0
     t5_buckets: int = 32
     t5_max_distance: int = 128
+    use_bias: bool = False
+    scale: float = 0.0
 
     def _proj_module(self, name: str) -> HeadsProjection:
         return HeadsProjection(
-            self.num_heads, self.head_dim, self.dtype, self.param_dtype, name=name
+            self.num_heads, self.head_dim, self.dtype, self.param_dtype, self.use_bias, name=name
         )
+
+    def _out(self, out_BTHD, features: int):
+        return HeadsOutput(
+            features, self.out_init_scale, self.dtype, self.param_dtype, self.use_bias, name="out"
+        )(out_BTHD)
 
     def _proj(self, name: str, x_BTE):
         return self._proj_module(name)(x_BTE)
@@ -213,6 +250,8 @@ class MultiHeadAttention(nn.Module):
         if mech.module_params is not None:
             kwargs.update(mech.module_params(self, q=q_BTHD, k=k_BSHD, v=v_BSHD, options=options))
         kwargs.update(extra or {})
+        if self.scale:
+            kwargs["scale"] = self.scale
         if self.dropout_rate > 0.0 and not deterministic:
             kwargs["dropout_rate"] = self.dropout_rate
             kwargs["dropout_rng"] = self.make_rng("dropout")
@@ -222,14 +261,10 @@ class MultiHeadAttention(nn.Module):
         kind = cache_kind(self.mechanism, options) if self_cache else None
         if kind in ("pattern", "lsh"):
             out_BTHD = self._indexed_step(kind, mech, q_BTHD, k_BSHD, v_BSHD, kwargs, options)
-            return HeadsOutput(
-                x_BTE.shape[-1], self.out_init_scale, self.dtype, self.param_dtype, name="out"
-            )(out_BTHD)
+            return self._out(out_BTHD, x_BTE.shape[-1])
         if self_cache and mech.decode_state is not None:
             out_BTHD = self._recurrent_step(mech, q_BTHD, k_BSHD, v_BSHD, mask_BS, kwargs)
-            return HeadsOutput(
-                x_BTE.shape[-1], self.out_init_scale, self.dtype, self.param_dtype, name="out"
-            )(out_BTHD)
+            return self._out(out_BTHD, x_BTE.shape[-1])
         if self_cache and not self.is_initializing():
             k_BSHD, v_BSHD, mask_BS = self._update_cache(k_BSHD, v_BSHD)
             causal = False  # the cache mask already hides future slots
@@ -239,9 +274,7 @@ class MultiHeadAttention(nn.Module):
         out_BTHD = fn(
             q_BTHD, k_BSHD, v_BSHD, causal=causal, mask=mask_BS, segment_ids=segment_ids, **kwargs
         )
-        return HeadsOutput(
-            x_BTE.shape[-1], self.out_init_scale, self.dtype, self.param_dtype, name="out"
-        )(out_BTHD)
+        return self._out(out_BTHD, x_BTE.shape[-1])
 
     def _positions(self, q_BTHD, k_BSHD, kwargs, self_cache):
         """Applies ``self.positional``: rotates q/k (RoPE) or adds ``kwargs["score_mod"]``."""

@@ -90,11 +90,11 @@ class EncoderLayer(nn.Module):
             extra=extra,
             norm_position=pos,
         )
-        x_BSE = layers.residual(x_BSE, h_BSE, norm_position=pos, norm_name="ln_attn")
+        x_BSE = layers.residual(x_BSE, h_BSE, norm_position=pos, norm_name="ln_attn", cfg=self.cfg)
         h_BSE = layers.feed_forward_sublayer(
             self.cfg, x_BSE, deterministic=deterministic, norm_position=pos
         )
-        x_BSE = layers.residual(x_BSE, h_BSE, norm_position=pos, norm_name="ln_mlp")
+        x_BSE = layers.residual(x_BSE, h_BSE, norm_position=pos, norm_name="ln_mlp", cfg=self.cfg)
         return nn.with_logical_constraint(x_BSE, ("batch", "length", "embed"))
 
 
@@ -121,7 +121,7 @@ class DecoderLayer(nn.Module):
             extra=extra,
             norm_position=pos,
         )
-        x_BTE = layers.residual(x_BTE, h_BTE, norm_position=pos, norm_name="ln_attn")
+        x_BTE = layers.residual(x_BTE, h_BTE, norm_position=pos, norm_name="ln_attn", cfg=self.cfg)
         h_BTE = layers.attention_sublayer(
             self.cfg,
             self.layer,
@@ -137,11 +137,11 @@ class DecoderLayer(nn.Module):
             norm_name="ln_cross",
             name="cross_attn",
         )
-        x_BTE = layers.residual(x_BTE, h_BTE, norm_position=pos, norm_name="ln_cross")
+        x_BTE = layers.residual(x_BTE, h_BTE, norm_position=pos, norm_name="ln_cross", cfg=self.cfg)
         h_BTE = layers.feed_forward_sublayer(
             self.cfg, x_BTE, deterministic=deterministic, norm_position=pos
         )
-        x_BTE = layers.residual(x_BTE, h_BTE, norm_position=pos, norm_name="ln_mlp")
+        x_BTE = layers.residual(x_BTE, h_BTE, norm_position=pos, norm_name="ln_mlp", cfg=self.cfg)
         return nn.with_logical_constraint(x_BTE, ("batch", "length", "embed"))
 
 
@@ -205,7 +205,7 @@ class Stack(nn.Module):
                     layer = EncoderLayer(view, i, cfg.norm_position, name=f"layer_{i}")
                     x_BTE = layer(x_BTE, mask_BS, deterministic, extra, segs)
         if cfg.norm_position == "pre":  # post-LN layers already end with a norm
-            x_BTE = layers.norm(name="ln_final")(x_BTE)
+            x_BTE = layers.norm(name="ln_final", cfg=view)(x_BTE)
         return x_BTE
 
 
@@ -254,9 +254,11 @@ class EncoderDecoder(nn.Module):
 
     def _embed(self, embed, pos_table, max_len, tokens_BT, positions_1T, deterministic):
         """Token embedding (x sqrt(E)) + positions (§3.4-3.5), then dropout (§5.4)."""
-        if pos_table is None:
-            pos_table = jnp.asarray(layers.sinusoidal_positions(max_len, self.cfg.d_model))
-        x_BTE = embed(tokens_BT) + pos_table[positions_1T]
+        x_BTE = embed(tokens_BT)
+        if self.cfg.positional in ("sinusoidal", "learned"):  # else: positions in attention
+            if pos_table is None:
+                pos_table = jnp.asarray(layers.sinusoidal_positions(max_len, self.cfg.d_model))
+            x_BTE = x_BTE + pos_table[positions_1T]
         x_BTE = self.embed_dropout(x_BTE, deterministic=deterministic)
         return nn.with_logical_constraint(x_BTE, ("batch", "length", "embed"))
 
@@ -310,6 +312,8 @@ class EncoderDecoder(nn.Module):
             source_mask_BS=source_BS != PAD_ID, segs=segs,
         )  # fmt: skip
         x_BTE = x_BTE.astype(jnp.float32)
+        if cfg.tie_embeddings and cfg.rescale_tied_output:
+            x_BTE = x_BTE * cfg.d_model**-0.5
         logits_BTV = self.target_embed.attend(x_BTE) if cfg.tie_embeddings else self.head(x_BTE)
         return logits_BTV.astype(jnp.float32)
 

@@ -13,7 +13,8 @@ from seqjax.models import layers
 from seqjax.models.transformer import DTYPES, TransformerConfig, attention_cycle
 
 PAD_ID = 0
-POSITIONALS = ("sinusoidal", "learned")
+# "t5_bias": no absolute positions, T5's relative bias in every self-attention layer.
+POSITIONALS = ("sinusoidal", "learned", "t5_bias")
 # Mechanisms an encoder-decoder stack cannot use, with the reason (config errors).
 _NOT_IN_ENCODER = {
     "causal": "it masks the future, and the encoder is bidirectional (use 'dense')",
@@ -48,10 +49,18 @@ class EncoderDecoderConfig:
         ``source_embed`` and ``target_embed``.
       tie_embeddings: output logits use the target embedding (§3.4), else a ``head`` matrix.
       norm_position: "post" (the paper's LayerNorm(x + Sublayer(x))) or "pre".
-      positional: "sinusoidal" (§3.5) or "learned".
+      positional: "sinusoidal" (§3.5), "learned", or "t5_bias" (no absolute positions; T5's
+        bucketed relative bias in the self-attention, Raffel et al. 2020 §2.1, with
+        ``t5_buckets`` and ``t5_max_distance``).
       reversible: reversible layers in both stacks (pre-LN only).
       ff_chunk_size: feed-forward over chunks of this many positions (0 = all).
       dtype: compute dtype name; parameters stay float32.
+
+    Options for imported checkpoints (``seqjax.convert``; the defaults are the paper's
+    model, unchanged): ``norm_type``, ``norm_eps``, ``activation``, ``mlp_gated``,
+    ``mlp_bias``, ``attention_bias``, ``attention_scale``, ``embed_scale`` as in
+    ``TransformerConfig``; ``rescale_tied_output``: the decoder output times E^-1/2 before
+    the tied output layer (T5, Raffel et al. 2020: the Mesh TensorFlow code's rescaling).
     """
 
     vocab_size: int
@@ -75,6 +84,17 @@ class EncoderDecoderConfig:
     reversible: bool = False
     ff_chunk_size: int = 0
     dtype: str = "float32"
+    t5_buckets: int = 32
+    t5_max_distance: int = 128
+    norm_type: str = "layernorm"
+    norm_eps: float = 1e-6
+    activation: str = "gelu_tanh"
+    mlp_gated: bool = False
+    mlp_bias: bool = True
+    attention_bias: bool = False
+    attention_scale: float = 0.0
+    embed_scale: bool = True
+    rescale_tied_output: bool = False
 
     def __post_init__(self):
         for field in ("encoder_attention", "decoder_attention"):
@@ -83,6 +103,8 @@ class EncoderDecoderConfig:
         checks = {
             "positional": (self.positional, POSITIONALS),
             "norm_position": (self.norm_position, layers.NORM_POSITIONS),
+            "norm_type": (self.norm_type, layers.NORM_TYPES),
+            "activation": (self.activation, layers.ACTIVATIONS),
             "dtype": (self.dtype, tuple(DTYPES)),
             "cross_attention_implementation": (
                 self.cross_attention_implementation,
@@ -146,6 +168,16 @@ class EncoderDecoderConfig:
             ff_chunk_size=self.ff_chunk_size,
             reversible=self.reversible,
             pad_id=PAD_ID,
+            t5_buckets=self.t5_buckets,
+            t5_max_distance=self.t5_max_distance,
+            norm_type=self.norm_type,
+            norm_eps=self.norm_eps,
+            activation=self.activation,
+            mlp_gated=self.mlp_gated,
+            mlp_bias=self.mlp_bias,
+            attention_bias=self.attention_bias,
+            attention_scale=self.attention_scale,
+            embed_scale=self.embed_scale,
             **kw,
         )
 

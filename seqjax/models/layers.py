@@ -99,41 +99,63 @@ class AxialPositions(nn.Module):
         return out_BTE
 
 
+ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "silu")
+
+
+def activation_fn(name: str):
+    """The feed-forward nonlinearity ``name``: "gelu_tanh" (GELU's tanh approximation,
+    Hendrycks & Gimpel 2016 §2; GPT-2's ``gelu_new``; the default), "gelu" (the exact erf
+    form, BERT's), "relu" (Vaswani et al. 2017 eq. 2; T5's) or "silu"."""
+    if name not in ACTIVATIONS:
+        raise ValueError(f"model.activation={name!r} is not one of {ACTIVATIONS}")
+    if name == "gelu_tanh":
+        return nn.gelu
+    if name == "gelu":
+        return lambda x: nn.gelu(x, approximate=False)
+    return nn.relu if name == "relu" else nn.silu
+
+
 class _MlpCore(nn.Module):
     """Dense(F) -> GELU -> dropout -> Dense(E) on ``[B, T, E]`` (Vaswani et al. 2017, §3.3,
-    eq. 2, with GELU for ReLU as in Child et al. 2019, §5.2)."""
+    eq. 2, with GELU for ReLU as in Child et al. 2019, §5.2). ``gated``: ``act(x W_gate) *
+    (x W_up)`` before the dropout (GLU variants, Shazeer 2020 eq. 5-6; T5 v1.1's gated-GELU);
+    ``use_bias=False``: no biases (T5)."""
 
     hidden: int
     dropout_rate: float = 0.0
     out_init_scale: float = 1.0
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
+    activation: str = "gelu_tanh"
+    gated: bool = False
+    use_bias: bool = True
+
+    def _dense(self, features, axes, scale, name):
+        return nn.Dense(
+            features,
+            use_bias=self.use_bias,
+            dtype=self.dtype,
+            param_dtype=self.param_dtype,
+            kernel_init=nn.with_logical_partitioning(dense_init(scale), axes),
+            bias_init=nn.with_logical_partitioning(nn.initializers.zeros, axes[1:]),
+            name=name,
+        )
 
     @nn.compact
     def __call__(self, x_BTE, deterministic: bool = True):
-        h_BTF = nn.Dense(
-            self.hidden,
-            dtype=self.dtype,
-            param_dtype=self.param_dtype,
-            kernel_init=nn.with_logical_partitioning(dense_init(), ("embed", "mlp")),
-            bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("mlp",)),
-            name="up",
-        )(x_BTE)
-        h_BTF = nn.Dropout(self.dropout_rate)(nn.gelu(h_BTF), deterministic=deterministic)
-        return nn.Dense(
-            x_BTE.shape[-1],
-            dtype=self.dtype,
-            param_dtype=self.param_dtype,
-            kernel_init=nn.with_logical_partitioning(
-                dense_init(self.out_init_scale), ("mlp", "embed")
-            ),
-            bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
-            name="down",
-        )(h_BTF)
+        act = activation_fn(self.activation)
+        h_BTF = self._dense(self.hidden, ("embed", "mlp"), 1.0, "up")(x_BTE)
+        if self.gated:
+            h_BTF = act(self._dense(self.hidden, ("embed", "mlp"), 1.0, "gate")(x_BTE)) * h_BTF
+        else:
+            h_BTF = act(h_BTF)
+        h_BTF = nn.Dropout(self.dropout_rate)(h_BTF, deterministic=deterministic)
+        return self._dense(x_BTE.shape[-1], ("mlp", "embed"), self.out_init_scale, "down")(h_BTF)
 
 
 class Mlp(nn.Module):
-    """Position-wise feed-forward: Dense(F) -> GELU -> dropout -> Dense(E).
+    """Position-wise feed-forward: Dense(F) -> GELU -> dropout -> Dense(E) (``_MlpCore``:
+    also gated, bias-free or another activation).
 
     ``chunk_size`` applies it to pieces of ``chunk_size`` positions at a time, each
     rematerialized in the backward pass (Kitaev et al. 2020, §3 "Chunking"), so the
@@ -146,6 +168,9 @@ class Mlp(nn.Module):
     chunk_size: int = 0
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
+    activation: str = "gelu_tanh"
+    gated: bool = False
+    use_bias: bool = True
 
     @nn.compact
     def __call__(self, x_BTE, *, deterministic: bool = True):
@@ -158,6 +183,9 @@ class Mlp(nn.Module):
             self.out_init_scale,
             self.dtype,
             self.param_dtype,
+            self.activation,
+            self.gated,
+            self.use_bias,
             name="core",
         )
         if not chunked:
@@ -182,10 +210,25 @@ class Mlp(nn.Module):
 # ``{ln, mlp}``, as checkpoints expect.
 
 
-def norm(name: str | None = None):
-    """The sublayers' normalization: LayerNorm (Ba et al. 2016) computed in float32, with
-    logical axis names on its scale and bias."""
+NORM_TYPES = ("layernorm", "rmsnorm")
+
+
+def norm(name: str | None = None, cfg=None):
+    """The sublayers' normalization, computed in float32 with logical axis names on its
+    parameters: LayerNorm (Ba et al. 2016, eq. 4), or with ``cfg.norm_type == "rmsnorm"``
+    RMSNorm (Zhang & Sennrich 2019, eq. 4: no mean subtraction, no bias; T5's layer norm);
+    epsilon ``cfg.norm_eps`` (1e-6 without a config)."""
+    eps = getattr(cfg, "norm_eps", 1e-6)
+    if getattr(cfg, "norm_type", "layernorm") == "rmsnorm":
+        return nn.RMSNorm(
+            epsilon=eps,
+            dtype=jnp.float32,
+            param_dtype=jnp.float32,
+            scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
+            name=name,
+        )
     return nn.LayerNorm(
+        epsilon=eps,
         dtype=jnp.float32,
         param_dtype=jnp.float32,
         scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
@@ -257,13 +300,13 @@ def attention_sublayer(
         if not pre:
             raise ValueError("Transformer-XL memory attention is pre-LN only")
         m = memory_BME.shape[1]
-        h_kv_BSE = norm(name=norm_name)(
+        h_kv_BSE = norm(name=norm_name, cfg=cfg)(
             jnp.concatenate([memory_BME.astype(x_BTE.dtype), x_BTE], axis=1)
         )
         h_kv_BSE = h_kv_BSE.astype(cfg.compute_dtype)
         h_BTE = h_kv_BSE[:, m:]
     else:
-        h_BTE = (norm(name=norm_name)(x_BTE) if pre else x_BTE).astype(cfg.compute_dtype)
+        h_BTE = (norm(name=norm_name, cfg=cfg)(x_BTE) if pre else x_BTE).astype(cfg.compute_dtype)
     if context_BSE is not None:
         h_kv_BSE = context_BSE.astype(cfg.compute_dtype)
     h_BTE = MultiHeadAttention(
@@ -282,6 +325,8 @@ def attention_sublayer(
         rope_base=getattr(cfg, "rope_base", 10000.0),
         t5_buckets=getattr(cfg, "t5_buckets", 32),
         t5_max_distance=getattr(cfg, "t5_max_distance", 128),
+        use_bias=getattr(cfg, "attention_bias", False),
+        scale=getattr(cfg, "attention_scale", 0.0),
         name=name,
     )(
         h_BTE,
@@ -312,19 +357,22 @@ def feed_forward_sublayer(
       ``[B, T, E]`` in ``cfg.compute_dtype``.
     """
     _check_norm_position(norm_position)
-    h_BTE = norm(name=norm_name)(x_BTE) if norm_position == "pre" else x_BTE
+    h_BTE = norm(name=norm_name, cfg=cfg)(x_BTE) if norm_position == "pre" else x_BTE
     h_BTE = Mlp(
         cfg.dim_ff,
         dropout_rate=cfg.dropout_rate,
         out_init_scale=residual_init_scale(cfg),
         chunk_size=cfg.ff_chunk_size,
         dtype=cfg.compute_dtype,
+        activation=getattr(cfg, "activation", "gelu_tanh"),
+        gated=getattr(cfg, "mlp_gated", False),
+        use_bias=getattr(cfg, "mlp_bias", True),
         name=name,
     )(h_BTE.astype(cfg.compute_dtype), deterministic=deterministic)
     return nn.Dropout(cfg.dropout_rate)(h_BTE, deterministic=deterministic)
 
 
-def residual(x_BTE, h_BTE, *, norm_position: str = "pre", norm_name: str | None = None):
+def residual(x_BTE, h_BTE, *, norm_position: str = "pre", norm_name: str | None = None, cfg=None):
     """Adds a branch to the residual stream: ``x + h`` (pre-LN; the branch normalized its
     input) or ``LayerNorm(x + h)`` (post-LN, Vaswani et al. 2017, §3.1: "LayerNorm(x +
     Sublayer(x))"; the norm is created here under ``norm_name``, the name the pre-LN
@@ -332,7 +380,7 @@ def residual(x_BTE, h_BTE, *, norm_position: str = "pre", norm_name: str | None 
     _check_norm_position(norm_position)
     if norm_position == "pre":
         return x_BTE + h_BTE
-    return norm(name=norm_name)(x_BTE + h_BTE)
+    return norm(name=norm_name, cfg=cfg)(x_BTE + h_BTE)
 
 
 def _check_norm_position(norm_position: str) -> None:
@@ -348,11 +396,12 @@ class ScaledEmbed(nn.Embed):
         return super().__call__(tokens_BT) * jnp.sqrt(float(self.features))
 
 
-def token_embedding(cfg, name: str | None = "embed") -> ScaledEmbed:
+def token_embedding(cfg, name: str | None = "embed") -> nn.Embed:
     """The models' token embedding ``[V, E]``: std E^-1/2 and inputs scaled by sqrt(E)
     (Vaswani et al. 2017, §3.4), i.e. unit-size inputs and unit-size tied output logits at
-    initialization."""
-    return ScaledEmbed(
+    initialization; ``cfg.embed_scale=False``: the lookup as it is (BERT, GPT-2, T5)."""
+    cls = ScaledEmbed if getattr(cfg, "embed_scale", True) else nn.Embed
+    return cls(
         cfg.vocab_size,
         cfg.d_model,
         embedding_init=nn.with_logical_partitioning(

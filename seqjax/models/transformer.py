@@ -22,6 +22,7 @@ from seqjax.attention import score_mod
 from seqjax.models import adaptive as adaptive_lib
 from seqjax.models import dtype as model_dtype
 from seqjax.models import layers
+from seqjax.models.heads import MLMHead
 
 DTYPES = model_dtype.DTYPES  # "auto" | "float32" | "bfloat16" | "float16" (models/dtype.py)
 POSITIONALS = ("sinusoidal", "learned", "none")
@@ -59,6 +60,21 @@ class TransformerConfig:
       causal: decoder attention (LM); the classifier is always bidirectional.
       num_classes, pooling, pad_id: classifier head ("mean" or "cls" pooling; token id
         ``pad_id`` marks padding, None = no padding).
+
+    Options for imported checkpoints (``seqjax.convert``; the defaults are seqjax's own
+    model, unchanged):
+      norm_position: "pre" (Child et al. 2019 §5.2, with a final norm) or "post" (Vaswani et
+        al. 2017 §3.1, BERT: LayerNorm(x + Sublayer(x)), no final norm).
+      norm_type, norm_eps: "layernorm" or "rmsnorm" (``layers.norm``) and its epsilon.
+      activation, mlp_gated, mlp_bias: the feed-forward's nonlinearity
+        (``layers.ACTIVATIONS``), GLU gating and biases (``layers._MlpCore``).
+      attention_bias, attention_scale: biases on the Q/K/V/output projections; the logits'
+        scale (0: 1/sqrt(D)).
+      embed_scale: token lookups times sqrt(E) (Vaswani et al. 2017 §3.4); BERT/GPT-2 off.
+      embed_norm: a norm (``ln_embed``) on the embedding sum (BERT, Devlin et al. 2019 §3).
+      type_vocab_size: BERT's token-type (segment) embeddings (``type_embed``), 0 = none;
+        the ids come from ``token_types_BT`` (default all 0).
+      position_offset: learned positions start at this row (RoBERTa: pad id + 1).
     """
 
     vocab_size: int
@@ -91,10 +107,25 @@ class TransformerConfig:
     adaptive_tie_projs: bool = True
     # BERT's masked-LM head transform before the output layer (``MLMHead``; mlm task only).
     mlm_head_transform: bool = False
+    norm_position: str = "pre"
+    norm_type: str = "layernorm"
+    norm_eps: float = 1e-6
+    activation: str = "gelu_tanh"
+    mlp_gated: bool = False
+    mlp_bias: bool = True
+    attention_bias: bool = False
+    attention_scale: float = 0.0
+    embed_scale: bool = True
+    embed_norm: bool = False
+    type_vocab_size: int = 0
+    position_offset: int = 0
 
     def __post_init__(self):
         checks = {
             "positional": (self.positional, POSITIONALS),
+            "norm_position": (self.norm_position, layers.NORM_POSITIONS),
+            "norm_type": (self.norm_type, layers.NORM_TYPES),
+            "activation": (self.activation, layers.ACTIVATIONS),
             "dtype": (self.dtype, tuple(DTYPES)),
             "pooling": (self.pooling, POOLINGS),
         }
@@ -106,6 +137,11 @@ class TransformerConfig:
                 "model.positional='axial' needs image data (config.data.name one of the image "
                 "sets, which give the (height, width, channels) shape); use 'sinusoidal' or "
                 "'learned' for other data"
+            )
+        if self.reversible and self.norm_position == "post":
+            raise ValueError(
+                "model.norm_position='post' cannot be reversible (model.reversible=True); "
+                "valid: norm_position='pre' with reversible"
             )
         for name, opts in self.attention:
             attention_lib.check_options(name, dict(opts))
@@ -161,7 +197,8 @@ def attention_cycle(names: str, options_by_name: Any = None) -> tuple:
 
 class Block(nn.Module):
     """Pre-LN residual block: x + Attn(Norm(x)), then x + MLP(Norm(x)) (the sublayers of
-    ``layers.attention_sublayer`` / ``layers.feed_forward_sublayer``)."""
+    ``layers.attention_sublayer`` / ``layers.feed_forward_sublayer``); with
+    ``cfg.norm_position == "post"``: Norm(x + Attn(x)), then Norm(x + MLP(x)) (BERT)."""
 
     cfg: TransformerConfig
     layer: int
@@ -171,7 +208,7 @@ class Block(nn.Module):
     @nn.compact
     def __call__(self, x_BTE, mask_BS=None, segment_ids=None, deterministic=True, extra=None):
         cfg = self.cfg
-        x_BTE = x_BTE + layers.attention_sublayer(
+        h_BTE = layers.attention_sublayer(
             cfg,
             self.layer,
             x_BTE,
@@ -181,8 +218,19 @@ class Block(nn.Module):
             segment_ids=segment_ids,
             deterministic=deterministic,
             extra=extra,
+            norm_position=cfg.norm_position,
         )
-        x_BTE = x_BTE + layers.feed_forward_sublayer(cfg, x_BTE, deterministic=deterministic)
+        if cfg.norm_position == "pre":  # seqjax's own layout, unchanged
+            x_BTE = x_BTE + h_BTE
+            x_BTE = x_BTE + layers.feed_forward_sublayer(cfg, x_BTE, deterministic=deterministic)
+        else:
+            x_BTE = layers.residual(x_BTE, h_BTE, norm_position="post", norm_name="ln_attn",
+                                    cfg=cfg)  # fmt: skip
+            h_BTE = layers.feed_forward_sublayer(
+                cfg, x_BTE, deterministic=deterministic, norm_position="post"
+            )
+            x_BTE = layers.residual(x_BTE, h_BTE, norm_position="post", norm_name="ln_mlp",
+                                    cfg=cfg)  # fmt: skip
         return nn.with_logical_constraint(x_BTE, ("batch", "length", "embed"))
 
 
@@ -210,6 +258,7 @@ class Encoder(nn.Module):
         deterministic=True,
         prefix_BPE=None,
         overlay=None,
+        token_types_BT=None,
     ):
         cfg = self.cfg
         if self.decode:
@@ -239,10 +288,21 @@ class Encoder(nn.Module):
                 nn.with_logical_partitioning(nn.initializers.normal(0.02), ("length", "embed")),
                 (cfg.max_len, cfg.d_model),
             )
-            x_BTE = x_BTE + table[positions_BT]
+            x_BTE = x_BTE + table[positions_BT + cfg.position_offset]
         elif cfg.positional == "axial":
             axial = layers.AxialPositions(tuple(cfg.axial_shape), cfg.d_model, name="pos_axial")
             x_BTE = x_BTE + axial(positions_BT).astype(x_BTE.dtype)
+        if cfg.type_vocab_size:  # BERT's segment embeddings (Devlin et al. 2019, §3, Fig. 2)
+            types_TE = self.param(
+                "type_embed",
+                nn.with_logical_partitioning(nn.initializers.normal(0.02), (None, "embed")),
+                (cfg.type_vocab_size, cfg.d_model),
+            )
+            if token_types_BT is None:
+                token_types_BT = jnp.zeros(x_BTE.shape[:2], jnp.int32)
+            x_BTE = x_BTE + types_TE[token_types_BT]
+        if cfg.embed_norm:
+            x_BTE = layers.norm(name="ln_embed", cfg=cfg)(x_BTE)
         x_BTE = nn.Dropout(cfg.dropout_rate)(x_BTE, deterministic=deterministic)
         x_BTE = nn.with_logical_constraint(x_BTE, ("batch", "length", "embed"))
         if cfg.reversible:
@@ -261,7 +321,9 @@ class Encoder(nn.Module):
                 x_BTE = block_cls(cfg, i, self.causal, self.decode, name=f"block_{i}")(
                     x_BTE, mask_BS, segment_ids, deterministic, shared.get(cfg.layer_attention(i))
                 )
-        return layers.norm(name="ln_final")(x_BTE), embed
+        if cfg.norm_position == "post":  # each layer already ends with a norm
+            return x_BTE, embed
+        return layers.norm(name="ln_final", cfg=cfg)(x_BTE), embed
 
 
 def adaptive_embedding(cfg) -> adaptive_lib.AdaptiveSoftmax:
@@ -294,8 +356,9 @@ class TransformerLM(nn.Module):
 
     @nn.compact
     def __call__(
-        self, tokens_BT, *, segment_ids=None, positions_BT=None, deterministic=True, mask_BT=None
-    ):
+        self, tokens_BT, *, segment_ids=None, positions_BT=None, deterministic=True, mask_BT=None,
+        token_types_BT=None,
+    ):  # fmt: skip
         cfg = self.cfg
         x_BTE, embed = Encoder(cfg, causal=cfg.causal, decode=self.decode, name="encoder")(
             tokens_BT,
@@ -303,6 +366,7 @@ class TransformerLM(nn.Module):
             segment_ids=segment_ids,
             positions_BT=positions_BT,
             deterministic=deterministic,
+            token_types_BT=token_types_BT,
         )
         if cfg.mlm_head_transform:  # BERT's masked-LM head (the mlm task)
             return MLMHead(cfg, name="mlm_head")(x_BTE, embed)
@@ -318,44 +382,6 @@ class TransformerLM(nn.Module):
                 name="head",
             )(x_BTE.astype(jnp.float32))
         return logits_BTV.astype(jnp.float32)
-
-
-class MLMHead(nn.Module):
-    """BERT's masked-LM output head (Devlin et al. 2019, App. A.1 and the released code's
-    ``cls/predictions``; RoBERTa's ``lm_head``, Liu et al. 2019): dense ``E -> E``, GELU,
-    LayerNorm, then the decoder over the vocabulary (the token table when tied, else its own
-    ``[E, V]`` kernel) plus a bias ``[V]``: ``[B, T, E] -> float32 logits [B, T, V]``.
-
-    Its parameters live outside ``encoder/``, so ``config.init_from`` treats it as a
-    pre-training head (``seqjax.train.init_from``: left unused by a fine-tuned classifier).
-    """
-
-    cfg: TransformerConfig
-
-    @nn.compact
-    def __call__(self, x_BTE, embed):
-        cfg = self.cfg
-        h_BTE = nn.Dense(
-            cfg.d_model,
-            kernel_init=nn.with_logical_partitioning(layers.dense_init(), ("embed", "mlp")),
-            bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("mlp",)),
-            name="transform",
-        )(x_BTE.astype(jnp.float32))
-        h_BTE = layers.norm(name="ln")(nn.gelu(h_BTE, approximate=False))
-        if cfg.tie_embeddings:
-            logits_BTV = embed.attend(h_BTE)
-        else:
-            logits_BTV = nn.Dense(
-                cfg.vocab_size,
-                kernel_init=nn.with_logical_partitioning(layers.dense_init(), ("embed", "vocab")),
-                use_bias=False,
-                name="decoder",
-            )(h_BTE)
-        bias_V = self.param(
-            "bias", nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
-            (cfg.vocab_size,),
-        )  # fmt: skip
-        return (logits_BTV + bias_V[None, None, :]).astype(jnp.float32)
 
 
 class TransformerClassifier(nn.Module):

@@ -168,7 +168,7 @@ def test_one_edit_in_layers_reaches_every_model(case, monkeypatch):
     model (a model that built its own LayerNorm or MLP would keep a bias / lack the gate)."""
     model = CASES[case]()
     before = _layout(model)
-    monkeypatch.setattr(layers, "norm", lambda name=None: _RMSNormAblation(name=name))
+    monkeypatch.setattr(layers, "norm", lambda name=None, cfg=None: _RMSNormAblation(name=name))
     monkeypatch.setattr(layers, "Mlp", _GatedMlpAblation)
     after = _layout(model)
     n = model.cfg.num_layers

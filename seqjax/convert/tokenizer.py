@@ -1,0 +1,78 @@
+"""A Hugging Face folder's tokenizer as the data vocabulary, so the ids the model was
+trained on reach it: ``tokenizer.json`` through the ``tokenizers`` package (``pip install
+tokenizers``; in the ``test`` extra), else a SentencePiece model (``spiece.model``, T5;
+``sentencepiece.bpe.model``) through ``sentencepiece``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+SPM_FILES = ("spiece.model", "sentencepiece.bpe.model", "tokenizer.model")
+
+
+class HFTokenizer:
+    """``encode(text) -> list[int]``, ``decode(ids) -> str``, ``vocab_size`` and the special
+    ids the folder names (``pad_id``, ``mask_id``; None when it has none)."""
+
+    def __init__(self, path):
+        p = Path(path)
+        special = {}
+        if (p / "tokenizer_config.json").is_file():
+            special = json.loads((p / "tokenizer_config.json").read_text())
+        if (p / "tokenizer.json").is_file():
+            from tokenizers import Tokenizer
+
+            self._tok = Tokenizer.from_file(str(p / "tokenizer.json"))
+            self.kind = "tokenizers"
+            self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
+            ids = {s: self._tok.token_to_id(s) for s in ("[PAD]", "<pad>", "[MASK]", "<mask>")}
+        else:
+            spm = [p / f for f in SPM_FILES if (p / f).is_file()]
+            if not spm:
+                raise ValueError(
+                    f"Hugging Face folder {str(p)!r} has no tokenizer.json or SentencePiece "
+                    f"model (one of {list(SPM_FILES)})"
+                )
+            import sentencepiece
+
+            self._tok = sentencepiece.SentencePieceProcessor(model_file=str(spm[0]))
+            self.kind = "sentencepiece"
+            self.vocab_size = self._tok.get_piece_size()
+            ids = {s: self._tok.piece_to_id(s) for s in ("<pad>", "<mask>")}
+            ids = {s: (i if self._tok.id_to_piece(i) == s else None) for s, i in ids.items()}
+        self.pad_id = _first(ids, special.get("pad_token"), "[PAD]", "<pad>")
+        self.mask_id = _first(ids, special.get("mask_token"), "[MASK]", "<mask>")
+
+    def encode(self, text: str) -> list[int]:
+        if self.kind == "tokenizers":
+            return list(self._tok.encode(text).ids)
+        return list(self._tok.encode(text))
+
+    def decode(self, ids) -> str:
+        return self._tok.decode([int(i) for i in ids])
+
+
+def _first(ids: dict, preferred, *names):
+    for name in (preferred, *names):
+        if isinstance(name, str) and ids.get(name) is not None:
+            return ids[name]
+    return None
+
+
+def tokenizer(path) -> HFTokenizer:
+    """The tokenizer of the Hugging Face folder ``path``."""
+    return HFTokenizer(path)
+
+
+def check_vocabulary(model_vocab_size: int, data_vocab_size: int, where: str = "data") -> None:
+    """Raises a one-sentence ``ValueError`` when the data's ids cannot index the imported
+    token table (more ids than rows: another vocabulary than the checkpoint's); a table
+    padded beyond the tokenizer (T5: 32128 rows for 32100 pieces) is accepted."""
+    if data_vocab_size > model_vocab_size:
+        raise ValueError(
+            f"{where} vocabulary has {data_vocab_size} ids but the imported model's token "
+            f"table has {model_vocab_size} rows; use the checkpoint's own tokenizer "
+            "(seqjax.convert.tokenizer(folder))"
+        )
