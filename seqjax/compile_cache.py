@@ -4,7 +4,8 @@ A run's compiled programs (the train step, evaluation, sampling) are written to 
 directory and reused by the next run with the same program, so a restarted or repeated
 run skips most of its start-up compilation. ``config.train.compilation_cache``:
 
-* ``"auto"`` (default): ``$SEQJAX_COMPILATION_CACHE`` if set, else ``jax_cache`` beside the
+* ``"auto"`` (default): ``$SEQJAX_COMPILATION_CACHE`` (or JAX's own
+  ``$JAX_COMPILATION_CACHE_DIR``) if set, else ``jax_cache`` beside the
   TFDS data directory (``config.data.data_dir``, default ``~/seqjax_data/tfds`` ->
   ``~/seqjax_data/jax_cache``);
 * a path: that directory;
@@ -40,8 +41,9 @@ def resolve(setting, data_dir: str | None = None) -> str | None:
         )
     if setting != "auto":
         return os.path.expanduser(setting)
-    if os.environ.get(ENV_DIR):
-        return os.path.expanduser(os.environ[ENV_DIR])
+    for env in (ENV_DIR, "JAX_COMPILATION_CACHE_DIR"):  # JAX's own setting is kept
+        if os.environ.get(env):
+            return os.path.expanduser(os.environ[env])
     tfds = data_dir or os.environ.get("SEQJAX_TFDS_DIR") or "~/seqjax_data/tfds"
     parent = os.path.dirname(os.path.abspath(os.path.expanduser(tfds).rstrip("/")))
     return os.path.join(parent, "jax_cache")
@@ -54,7 +56,8 @@ def enable(directory: str | None) -> str | None:
         return None
     os.makedirs(directory, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", directory)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
+    if not os.environ.get("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"):  # else JAX's own
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
     log.info("persistent compilation cache: %s", directory)
     return directory
 

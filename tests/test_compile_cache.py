@@ -13,12 +13,15 @@ from tests.conftest import REPO
 
 def test_default_is_on_beside_the_tfds_data(monkeypatch):
     monkeypatch.delenv(compile_cache.ENV_DIR, raising=False)
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
     monkeypatch.delenv("SEQJAX_TFDS_DIR", raising=False)
     assert defaults.train().compilation_cache == "auto"
     assert compile_cache.resolve("auto", "/data/tfds") == "/data/jax_cache"
     assert compile_cache.resolve("auto", "/data/tfds/") == "/data/jax_cache"
     home = os.path.expanduser("~/seqjax_data/jax_cache")
     assert compile_cache.resolve("auto", None) == home
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", "/tmp/jax_own")  # JAX's setting is kept
+    assert compile_cache.resolve("auto", "/data/tfds") == "/tmp/jax_own"
     monkeypatch.setenv(compile_cache.ENV_DIR, "/tmp/elsewhere")
     assert compile_cache.resolve("auto", "/data/tfds") == "/tmp/elsewhere"
 
