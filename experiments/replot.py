@@ -51,6 +51,7 @@ PLOTS = [
     ("decoding_speed/run.py", "decoding_speed/results/decoding_speed_cpu", "file"),
     ("linformer_mlm/run.py", "linformer_mlm/results/linformer_mlm_cpu", "file"),
     ("linformer_mlm/run.py", "linformer_mlm/results/linformer_mlm_subword_cpu", "file"),
+    ("longformer_warmstart/run.py", "longformer_warmstart/results/results", "file"),
 ]
 
 

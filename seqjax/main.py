@@ -208,7 +208,7 @@ def main(argv):
 def _file_config():
     """The ``--config`` file's config before the overrides (None when it does not load:
     ``errors.config_file_problem`` says why)."""
-    spec = errors._config_arg(sys.argv)
+    spec = console.config_arg(sys.argv)
     if not spec:
         return None
     from seqjax.configs import common

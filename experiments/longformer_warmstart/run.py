@@ -13,7 +13,7 @@ with its own tokenizer.
 
     python experiments/longformer_warmstart/run.py --config configs/_longformer_warmstart.py
 
-Writes ``results/results.json``, ``results/results.md`` and ``results/curves.png``.
+Writes ``results/results.json``, ``results/results.md`` and ``results/results.png``.
 Legend: B batch, T length, V vocabulary.
 """
 
@@ -268,32 +268,37 @@ def write(results: dict, c, out: Path, command: str) -> None:
         f"Command: `{command}`\n\n" + "\n".join(rows) + "\n"
     )
     (out / "results.md").write_text(text)
-    try:
-        import matplotlib
+    plot(results, out / "results.png")
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
 
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for key, r in results["runs"].items():
-            xs = [0] + [s for s, _ in r["curve"]]
-            ys = [r["step0_loss"]] + [v for _, v in r["curve"]]
-            ax.plot(xs, ys, marker="o", ms=3, label=key, ls="--" if "random" in key else "-")
-        ax.axhline(results["short_model_loss"], color="k", lw=0.8, label="short model, n")
-        ax.set_xlabel("continued MLM steps at 4n")
-        ax.set_ylabel("masked-LM loss (nats)")
-        ax.set_yscale("log")
-        ax.set_title(
-            f"Longformer warm start, {c.model.num_hidden_layers} x {c.model.hidden_size} MLM on "
-            f"bytes: n = {results['short_len']} -> {results['long_len']}, "
-            f"{results['masked_eval_tokens']} masked eval tokens",
-            fontsize=8,
-        )
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(out / "curves.png", dpi=120)
-    except ImportError:
-        pass
+def plot(results: dict, path: Path) -> None:
+    """The loss curves of every extended model against the short model (``results.json``;
+    ``experiments/replot.py`` redraws it)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    model = results.get("config", {}).get("model", {})
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for key, r in results["runs"].items():
+        xs = [0] + [s for s, _ in r["curve"]]
+        ys = [r["step0_loss"]] + [v for _, v in r["curve"]]
+        ax.plot(xs, ys, marker="o", ms=3, label=key, ls="--" if "random" in key else "-")
+    ax.axhline(results["short_model_loss"], color="k", lw=0.8, label="short model, n")
+    ax.set_xlabel("continued MLM steps at 4n")
+    ax.set_ylabel("masked-LM loss (nats)")
+    ax.set_yscale("log")
+    ax.set_title(
+        f"Longformer warm start, {model.get('num_hidden_layers', '?')} x "
+        f"{model.get('hidden_size', '?')} MLM on bytes: n = {results['short_len']} -> "
+        f"{results['long_len']}, {results['masked_eval_tokens']} masked eval tokens",
+        fontsize=8,
+    )
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def main(argv=None):
