@@ -282,16 +282,7 @@ def make_mlm(cfg, split, process_index, process_count, train, base_make, base_in
     """The base data set's batches with BERT masking (`api.make` with objective='mlm');
     `base_make`/`base_info` are `api.make`/`api.info`."""
     base_cfg = base_data(cfg)
-    with base_cfg.unlocked():
-        base_cfg.num_workers, base_cfg.prefetch = 0, 0  # only its maker is used
-    base = base_make(
-        base_cfg,
-        split=split,
-        process_index=process_index,
-        process_count=process_count,
-        train=train,
-    )
-    base.close()
+    base = packing.base_iterator(base_cfg, split, process_index, process_count, train, base_make)
     maker, num_steps = base.maker, base.num_steps
     kind = "lm" if registry.get(cfg.name).task_of(base_cfg) == "lm" else "classification"
     n = len(maker.tokens()) if isinstance(maker, pipeline.LMEvalWindows) else 0

@@ -63,9 +63,7 @@ def packable(objective: str) -> tuple[str, ...]:
     out = []
     for name in registry.names():
         ds = registry.get(name)
-        if ds.kind in PACKABLE_KINDS.get(objective, ()) or (
-            objective == "" and ds.kind == "generated" and ds.task == "seq2seq"
-        ):
+        if ds.kind in PACKABLE_KINDS.get(objective, ()) or (objective == "" and ds.packable):
             out.append(name)
     return tuple(out)
 
@@ -345,18 +343,24 @@ def iterator(maker: PackedRows, cfg, split: str, train: bool, spec: dict):
     return it
 
 
+def base_iterator(base_cfg, split, process_index, process_count, train, base_make):
+    """The unwrapped data set's iterator (``base_make`` is ``api.make``), closed at once: the
+    objectives and packing use only its ``maker``, ``num_steps`` and ``spec``."""
+    with base_cfg.unlocked():
+        base_cfg.num_workers, base_cfg.prefetch = 0, 0  # only its maker is used
+    base = base_make(base_cfg, split=split, process_index=process_index,
+                     process_count=process_count, train=train)  # fmt: skip
+    base.close()
+    return base
+
+
 def make(cfg, split: str, process_index: int, process_count: int, train: bool, base_make):
     """The packed iterator of ``config.data`` (``api.make`` with ``data.packing``), and the
     one-document-per-row LM of example texts (``objective='lm'`` without packing);
     ``base_make`` is ``api.make`` (for the unpacked data set's maker)."""
     from seqjax.data import seq2seq
 
-    base_cfg = base_data(cfg)
-    with base_cfg.unlocked():
-        base_cfg.num_workers, base_cfg.prefetch = 0, 0  # only its maker is used
-    base = base_make(base_cfg, split=split, process_index=process_index,
-                     process_count=process_count, train=train)  # fmt: skip
-    base.close()
+    base = base_iterator(base_data(cfg), split, process_index, process_count, train, base_make)
     m, objective = base.maker, cfg.get("objective") or ""
     layout = (m.global_batch, process_index, process_count)
     align, k = int(cfg.get("packing_align", 1)), int(cfg.get("max_examples_per_row", 8))

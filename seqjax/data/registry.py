@@ -65,6 +65,8 @@ class DataSet:
       default_max_len: the input length when ``config.data.max_len`` is None (classification).
       streams: its token streams serve ``lm_batching='stream'`` (recurrent models).
       subword_options: ``vocab='sentencepiece'`` trains a model on it (checks the spm fields).
+      packable: its examples can be packed into rows (``config.data.packing``) besides the
+        kinds ``seqjax.data.packing`` packs anyway (example texts, translation pairs).
       references: ``(cfg, split, side) -> list[str]`` raw strings of the rows (BLEU), or None.
       fields: extra ``config.data`` fields with their defaults (``default_config`` adds them).
     """
@@ -82,6 +84,7 @@ class DataSet:
     default_max_len: int | None = None
     streams: bool = False
     subword_options: bool = False
+    packable: bool = False
     references: Callable[..., list] | None = None
     fields: dict = dataclasses.field(default_factory=dict)
 

@@ -392,5 +392,6 @@ for _name in SYNTHETIC_DATASETS:
             make=maker,
             vocabs=registry.VOCABS[:3],
             validate=config_problems,
+            packable=True,  # copy/reverse pairs pack like translation pairs
         )
     )

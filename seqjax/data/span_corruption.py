@@ -173,16 +173,7 @@ def span_info(cfg, base_info):
 def make_spans(cfg, split, process_index, process_count, train, base_make, base_info):
     """The corpus's windows, T5 span-corrupted into seq2seq batches (`api.make`)."""
     base_cfg = base_data(cfg)
-    with base_cfg.unlocked():
-        base_cfg.num_workers, base_cfg.prefetch = 0, 0  # only its maker is used
-    base = base_make(
-        base_cfg,
-        split=split,
-        process_index=process_index,
-        process_count=process_count,
-        train=train,
-    )
-    base.close()
+    base = packing.base_iterator(base_cfg, split, process_index, process_count, train, base_make)
     maker = base.maker
     n = len(maker.tokens()) if isinstance(maker, pipeline.LMEvalWindows) else 0
     inf = span_info(cfg, base_info)
