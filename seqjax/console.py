@@ -157,11 +157,21 @@ def run_header(config, run, workdir, *, start_step: int, num_params: int, argv=N
     overrides = [a.split("=", 1)[0][2:] for a in argv[1:] if a.startswith("--config.")]
     n = len(overrides)
     m, t = config.model, config.train
-    options = from_config.attention_options(config)
-    layers = _per_layer(m.attention, int(m.num_layers), options)
-    dec_layers = getattr(getattr(run.model, "cfg", None), "decoder_layers", None)
-    if dec_layers:  # an encoder-decoder (EncoderDecoderConfig)
-        layers += f"; decoder {_per_layer(m.decoder_attention, int(dec_layers), options)}"
+    if "attention" in m:  # the Transformer families' shared fields
+        options = from_config.attention_options(config)
+        layers = _per_layer(m.attention, int(m.num_layers), options)
+        dec_layers = getattr(getattr(run.model, "cfg", None), "decoder_layers", None)
+        if dec_layers:  # an encoder-decoder (EncoderDecoderConfig)
+            layers += f"; decoder {_per_layer(m.decoder_attention, int(dec_layers), options)}"
+        model_row = (
+            f"{m.get('kind', 'transformer')}, d_model {m.d_model}, {m.num_heads} heads, "
+            f"max_len {m.max_len}, positions {m.positional}, {_output_layer(m, run.info)}, "
+            f"{num_params:,} parameters, compute {model_dtype.describe(m.dtype)}"
+        )
+    else:  # another family (seqjax.models.registry): its own fields
+        layers = None
+        fields = ", ".join(f"{k} {v}" for k, v in m.items() if k != "family")
+        model_row = f"family {m.get('family')}: {fields}; {num_params:,} parameters"
     prov = run.provenance
     outside = {n: mod for n, mod in prov["attention"].items() if not mod.startswith("seqjax.")}
     start = "from scratch" if not start_step else f"resumed at step {start_step}"
@@ -173,13 +183,8 @@ def run_header(config, run, workdir, *, start_step: int, num_params: int, argv=N
     rows = [
         ("config", config_file + (f" + {n} override{'s' if n != 1 else ''}" if n else "")),
         ("task", f"{run.task.name} ({type(run.task).__module__})"),
-        ("attention", layers),
-        (
-            "model",
-            f"{m.get('kind', 'transformer')}, d_model {m.d_model}, {m.num_heads} heads, "
-            f"max_len {m.max_len}, positions {m.positional}, {_output_layer(m, run.info)}, "
-            f"{num_params:,} parameters, compute {model_dtype.describe(m.dtype)}",
-        ),
+        *([("attention", layers)] if layers else []),
+        ("model", model_row),
         ("data", run.task.describe_data(config, run.info)),
         ("steps", f"{t.num_steps:,} ({start}); {evals}, {saves}"),
         ("mesh", f"{mesh} ({run.mesh.devices.size} devices)"),

@@ -231,6 +231,10 @@ class Task:
         """Analytic model FLOPs of one training step (``seqjax.models.flops``)."""
         from seqjax.models import flops
 
+        own = getattr(run.model, "train_flops_per_step", None)  # a family's own count
+        if own is not None:
+            return own(run.abstract["params"], batch_size=run.config.data.batch_size,
+                       seq_len=self.input_length(run.config))  # fmt: skip
         return flops.train_flops_per_step(
             run.model_cfg, run.abstract["params"], batch_size=run.config.data.batch_size,
             seq_len=run.config.data.seq_len, tied_output=False,

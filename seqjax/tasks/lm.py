@@ -81,7 +81,8 @@ class LanguageModel(base.Task):
 
         m, t = config.model, config.train
         recurrent = memory.kinds().get(memory.kind(config)) is not None
-        if not recurrent and t.sample_length and t.sample_length > m.max_len:
+        window = m.get("max_len")  # 0: a model whose state carries (no window)
+        if not recurrent and window and t.sample_length and t.sample_length > window:
             bad("train.sample_length", t.sample_length, f"<= model.max_len={m.max_len}")
         chunk = t.get("xent_chunk")
         if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int)
@@ -163,6 +164,10 @@ class LanguageModel(base.Task):
         """PaLM's ``6 N T + 12 L T^2 d`` per window; a tied token table is the logits matmul."""
         from seqjax.models import flops
 
+        own = getattr(run.model, "train_flops_per_step", None)  # a family's own count
+        if own is not None:
+            return own(run.abstract["params"], batch_size=run.config.data.batch_size,
+                       seq_len=self.input_length(run.config))  # fmt: skip
         m = run.config.model
         relative = any(name == "relative" for name, _ in run.model_cfg.attention)
         return flops.train_flops_per_step(
@@ -172,12 +177,11 @@ class LanguageModel(base.Task):
         )  # fmt: skip
 
     def check_sample_inputs(self, run, prompt: str, length: int) -> None:
-        from seqjax.tasks import inputs
+        from seqjax.tasks import inputs, sampling
 
         n_prompt = len(run.info.encode(prompt))
-        inputs.check_window(
-            n_prompt, length, int(run.model_cfg.max_len), run.recurrence is not None
-        )
+        carries = sampling.sampling_state(run) is not None
+        inputs.check_window(n_prompt, length, int(run.model_cfg.max_len), carries)
 
     def sample(
         self, run, params, prompt: str, length: int, *, temperature=1.0, top_k=0, top_p=1.0,

@@ -291,6 +291,16 @@ def generate_xl(
     return generate_recurrent(model, params, prompt_P, length, segment_len=segment_len, **kwargs)
 
 
+def sampling_state(run):
+    """The module that samples with its state as the cache (``seqjax.models.memory``'s
+    calling convention): a recurrent kind's evaluation model, or a model whose state exists
+    without a carried memory (``init_memory``: an RNN trained on windows); else None."""
+    rec = run.recurrence
+    if rec is not None:
+        return rec.eval_model(run.model_cfg, rec.eval_lengths(run.config))
+    return run.model if hasattr(run.model, "init_memory") else None
+
+
 def sample_text(
     run, params, prompt: str, length: int, *, temperature=1.0, top_k=0, top_p=1.0, seed=0
 ) -> str:
@@ -304,9 +314,8 @@ def sample_text(
     if not run.task.generates:
         raise ValueError(f"sampling needs a task that generates; this run's task is {run.task}")
     ids = run.info.encode(prompt or "\n")
-    rec = run.recurrence
-    if rec is not None:
-        model = rec.eval_model(run.model_cfg, rec.eval_lengths(run.config))
+    model = sampling_state(run)
+    if model is not None:
         out = generate_recurrent(
             model,
             params,
