@@ -10,6 +10,7 @@ merge, padding) live in ``seqjax.attention.numerics``.
 
 # Importing a mechanism's module registers it (one file and one name per mechanism).
 from seqjax.attention import (  # noqa: F401
+    additive,  # "additive" (Bahdanau et al. 2015 scores)
     dense,  # "dense", "causal"
     flex,  # "flex" (any pattern: mask function or block mask)
     linear,  # "linear" (Katharopoulos et al. 2020)

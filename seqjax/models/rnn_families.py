@@ -3,11 +3,13 @@
 * ``rnn``: Elman / GRU / LSTM stacks of Flax's cells (``seqjax.models.rnn``): the language
   model (``config.model.kind="rnn"`` carries the state across batches: truncated BPTT) and
   the classifier (``seqjax.models.rnn_classifier``).
+* ``rnn_seq2seq``: the RNN encoder-decoder without attention, with Bahdanau's additive or
+  Luong's dot/general attention (``seqjax.models.rnn_seq2seq``) for the seq2seq task.
 """
 
 from __future__ import annotations
 
-from seqjax.models import memory, registry, rnn
+from seqjax.models import memory, registry, rnn, rnn_seq2seq
 
 POOLINGS = ("last", "mean", "max")
 
@@ -75,5 +77,51 @@ RNN = registry.register(
         from_data=("vocab_size", "num_classes", "pad_id", "max_len"),  # max_len: no window
         common_checks=False,
         train_module=_train_module,
+    )
+)
+
+
+def _seq2seq(cfg, *, task, decode=False):
+    del task
+    return rnn_seq2seq.RNNEncoderDecoder(cfg, decode=decode)
+
+
+def _seq2seq_config(config, info, needs) -> rnn_seq2seq.RNNSeq2SeqConfig:
+    del needs
+    return registry.dataclass_from_block(
+        rnn_seq2seq.RNNSeq2SeqConfig, config.model, vocab_size=int(info.vocab_size)
+    )
+
+
+def _validate_seq2seq(config, bad) -> None:
+    m, d = config.model, config.data
+    if m.get("cell") not in rnn.CELLS:
+        bad("model.cell", m.get("cell"), ", ".join(rnn.CELLS))
+    if m.get("attention_type") not in rnn_seq2seq.ATTENTIONS:
+        bad("model.attention_type", m.get("attention_type"), ", ".join(rnn_seq2seq.ATTENTIONS))
+    for field, low in (("num_layers", 1), ("hidden_dim", 2), ("embed_dim", 0), ("max_len", 1)):
+        if not _is_int(m.get(field), low):
+            bad(f"model.{field}", m.get(field), f"an integer >= {low}")
+    if m.get("bidirectional_encoder") and _is_int(m.get("hidden_dim"), 2) and m.hidden_dim % 2:
+        bad("model.hidden_dim", m.hidden_dim,
+            "an even number with model.bidirectional_encoder (H/2 per direction)")  # fmt: skip
+    rate = m.get("dropout_rate")
+    if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not 0 <= rate < 1:
+        bad("model.dropout_rate", rate, "a number in [0, 1)")
+    if _is_int(m.get("max_len"), 1) and int(d.get("max_source_len") or 0) > m.max_len:
+        bad("data.max_source_len", d.max_source_len, f"<= model.max_len={m.max_len}")
+    if d.get("packing"):
+        bad("data.packing", True, 'False with model.family="rnn_seq2seq"')
+
+
+RNN_SEQ2SEQ = registry.register(
+    registry.Family(
+        name="rnn_seq2seq",
+        doc="RNN encoder-decoder: fixed vector, Bahdanau or Luong attention (input feeding)",
+        config_class=rnn_seq2seq.RNNSeq2SeqConfig,
+        build_config=_seq2seq_config,
+        modules={"seq2seq": _seq2seq},
+        validate=_validate_seq2seq,
+        common_checks=False,
     )
 )

@@ -155,6 +155,9 @@ class Seq2Seq(base.Task):
         (``12 L S^2 d`` encoder, ``12 L T^2 d + 12 L T S d`` decoder with cross-attention)."""
         cfg, d = run.model_cfg, run.config.data
         params = run.abstract["params"]
+        own = getattr(run.model, "train_flops_per_step", None)  # a family's own count
+        if own is not None:
+            return own(params, batch_size=int(d.batch_size), seq_len=self.input_length(run.config))
         b, s, t = int(d.batch_size), int(d.max_source_len), int(d.max_target_len)
 
         def count(tree) -> int:

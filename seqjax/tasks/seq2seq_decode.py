@@ -50,12 +50,14 @@ def make_translate_fn(
     Built once per configuration (the jit cache then holds one program per batch shape).
     ``force_recompute``: recompute the decoder over the prefix even where a KV cache
     exists (the cache-vs-recomputation benchmark; equal outputs)."""
-    from seqjax.models.encoder_decoder import EncoderDecoder
+    from seqjax.models import registry
 
     decoding.check_beam(beam_size, alpha)
-    model = EncoderDecoder(model_cfg)
+    model = registry.for_model_config(model_cfg).module(model_cfg, task="seq2seq")
     k, t = int(beam_size), int(max_len)
-    cached = uses_cache(model_cfg) and not force_recompute
+    # A model whose decoder state is its cache (an RNN) says so (``always_cached``).
+    own = getattr(model, "always_cached", False)
+    cached = (own or uses_cache(model_cfg)) and not force_recompute
 
     def translate(params, source_BS):
         b, s = source_BS.shape
