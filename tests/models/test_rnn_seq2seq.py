@@ -214,3 +214,44 @@ def test_cached_steps_equal_teacher_forcing(attention):
         logits, cache = step(params, cache, encoded, src, dec_in[:, t : t + 1])
         got.append(logits)
     np.testing.assert_allclose(jnp.stack(got, 1), full, atol=1e-5)
+
+
+# ---- "additive" as a mechanism of the attention interface --------------------------------
+
+
+def test_additive_mechanism_equals_opennmt_mlp_scores_per_head():
+    """With the projections folded into q and k (OpenNMT's ``linear_query``/``linear_context``
+    the identity, no bias), each head's weights and context equal OpenNMT's mlp attention."""
+    from seqjax.attention import get
+
+    rng = np.random.default_rng(3)
+    heads = 2
+    q = rng.normal(size=(B, T, heads, D)).astype(np.float32)
+    k = rng.normal(size=(B, S, heads, D)).astype(np.float32)
+    v_hd = rng.normal(size=(heads, D)).astype(np.float32)
+    valid_BS = np.arange(S)[None] < LENGTHS[:, None]
+    out = get("additive")(q, k, k, mask=valid_BS, additive_v=v_hd)
+    eye = np.eye(D, dtype=np.float32)
+    for h in range(heads):
+        w = {"linear_query": eye, "linear_query_bias": np.zeros(D, np.float32),
+             "linear_context": eye, "v": v_hd[h][None], "linear_out": np.zeros((D, 2 * D)),
+             "linear_out_bias": np.zeros(D)}  # fmt: skip
+        _, align = _onmt_global_attention(q[:, :, h], k[:, :, h], LENGTHS, "mlp", w)
+        np.testing.assert_allclose(out[:, :, h], align @ k[:, :, h], atol=2e-6)
+
+
+def test_transformer_lm_runs_with_additive_attention_causally():
+    import flax.linen as nn
+
+    from seqjax.models import TransformerConfig, TransformerLM
+
+    cfg = TransformerConfig(vocab_size=V, num_layers=2, num_heads=2, d_model=16, d_ff=32,
+                            max_len=8, attention=(("additive", ()),))  # fmt: skip
+    model = TransformerLM(cfg)
+    x = jax.random.randint(jax.random.PRNGKey(0), (2, 8), 0, V)
+    params = nn.unbox(model.init(jax.random.PRNGKey(1), x)["params"])
+    assert params["encoder"]["block_0"]["attn"]["additive_v"].shape == (2, 8)
+    logits = model.apply({"params": params}, x)
+    changed = model.apply({"params": params}, x.at[:, 5:].set((x[:, 5:] + 1) % V))
+    np.testing.assert_allclose(logits[:, :5], changed[:, :5], atol=1e-6)  # causal
+    assert float(jnp.abs(logits[:, 5:] - changed[:, 5:]).max()) > 1e-4
