@@ -5,11 +5,13 @@
   the classifier (``seqjax.models.rnn_classifier``).
 * ``rnn_seq2seq``: the RNN encoder-decoder without attention, with Bahdanau's additive or
   Luong's dot/general attention (``seqjax.models.rnn_seq2seq``) for the seq2seq task.
+* ``baselines``: bag of words, CBOW, deep CBOW, DAN and Kim's CNN for classification
+  (``seqjax.models.baselines``).
 """
 
 from __future__ import annotations
 
-from seqjax.models import memory, registry, rnn, rnn_seq2seq
+from seqjax.models import baselines, memory, registry, rnn, rnn_seq2seq
 
 POOLINGS = ("last", "mean", "max")
 
@@ -122,6 +124,53 @@ RNN_SEQ2SEQ = registry.register(
         build_config=_seq2seq_config,
         modules={"seq2seq": _seq2seq},
         validate=_validate_seq2seq,
+        common_checks=False,
+    )
+)
+
+
+def _baseline(cfg, *, task, decode=False):
+    del task
+    if decode:
+        raise ValueError("the classifier has no decoding mode")
+    return baselines.BaselineClassifier(cfg)
+
+
+def _baseline_config(config, info, needs) -> baselines.BaselineConfig:
+    return registry.dataclass_from_block(
+        baselines.BaselineConfig, config.model, vocab_size=int(info.vocab_size),
+        num_classes=int(needs.num_classes), pad_id=info.pad_id,
+    )  # fmt: skip
+
+
+def _validate_baselines(config, bad) -> None:
+    m = config.model
+    if m.get("architecture") not in baselines.ARCHITECTURES:
+        bad("model.architecture", m.get("architecture"), ", ".join(baselines.ARCHITECTURES))
+    for field, low in (("embed_dim", 1), ("hidden_dim", 1), ("num_layers", 0),
+                       ("num_filters", 1)):  # fmt: skip
+        if not _is_int(m.get(field), low):
+            bad(f"model.{field}", m.get(field), f"an integer >= {low}")
+    for field in ("word_dropout", "dropout_rate"):
+        rate = m.get(field)
+        if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not 0 <= rate < 1:
+            bad(f"model.{field}", rate, "a number in [0, 1)")
+    widths = m.get("filter_widths")
+    if not widths or not all(_is_int(w, 1) for w in widths):
+        bad("model.filter_widths", widths, "a non-empty tuple of integers >= 1 (Kim: 3, 4, 5)")
+    if config.data.get("packing"):
+        bad("data.packing", True, 'False with model.family="baselines"')
+
+
+BASELINES = registry.register(
+    registry.Family(
+        name="baselines",
+        doc="bag of words, CBOW, deep CBOW, DAN (Iyyer et al. 2015), Kim's CNN (2014)",
+        config_class=baselines.BaselineConfig,
+        build_config=_baseline_config,
+        modules={"classification": _baseline},
+        validate=_validate_baselines,
+        from_data=("vocab_size", "num_classes", "pad_id"),
         common_checks=False,
     )
 )
