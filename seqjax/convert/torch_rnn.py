@@ -29,16 +29,23 @@ def _get(tensors, name):
     return None if value is None else np.asarray(value, np.float32)
 
 
-def cell_from_torch(tensors, cell: str, suffix: str) -> dict:
+def cell_from_torch(tensors, cell: str, suffix: str, *, projection: bool = False) -> dict:
     """The Flax parameters of one cell from a PyTorch state dict (numpy or torch arrays;
-    ``suffix`` such as ``_l0`` or ``_l1_reverse``). A layer without biases gets zeros."""
+    ``suffix`` such as ``_l0`` or ``_l1_reverse``). A layer without biases gets zeros.
+    ``projection``: an LSTM with ``proj_size`` onto ``seqjax.models.elmo.ProjectedLSTMCell``
+    (``weight_hr`` ``[P, H]`` -> ``hr``)."""
     if cell not in GATES:
         raise ValueError(f"cell={cell!r} is not one of {', '.join(GATES)}")
     w_ih, w_hh = _get(tensors, f"weight_ih{suffix}"), _get(tensors, f"weight_hh{suffix}")
     if w_ih is None or w_hh is None:
         raise ValueError(f"no weight_ih{suffix}/weight_hh{suffix} among the tensors")
-    if _get(tensors, f"weight_hr{suffix}") is not None:
-        raise ValueError(f"weight_hr{suffix}: a projected LSTM (proj_size) has no Flax cell")
+    w_hr = _get(tensors, f"weight_hr{suffix}")
+    if (w_hr is not None) != projection:
+        raise ValueError(
+            f"weight_hr{suffix}: a projected LSTM (proj_size) maps onto ProjectedLSTMCell "
+            "(projection=True), not onto Flax's cells" if w_hr is not None else
+            f"projection=True but no weight_hr{suffix} among the tensors"
+        )  # fmt: skip
     rows = w_ih.shape[0]
     b_ih = _get(tensors, f"bias_ih{suffix}")
     b_hh = _get(tensors, f"bias_hh{suffix}")
@@ -54,12 +61,14 @@ def cell_from_torch(tensors, cell: str, suffix: str) -> dict:
         if cell == "lstm":
             out[f"i{g}"] = {"kernel": wi[k].T}
             out[f"h{g}"] = {"kernel": wh[k].T, "bias": bi[k] + bh[k]}
-        elif g == "n":  # GRU candidate: the hidden side's bias sits inside r ⊙ (...)
+        elif g == "n":  # (GRU)  # GRU candidate: the hidden side's bias sits inside r ⊙ (...)
             out["in"] = {"kernel": wi[k].T, "bias": bi[k]}
             out["hn"] = {"kernel": wh[k].T, "bias": bh[k]}
         else:
             out[f"i{g}"] = {"kernel": wi[k].T, "bias": bi[k] + bh[k]}
             out[f"h{g}"] = {"kernel": wh[k].T}
+    if projection:
+        out["hr"] = {"kernel": w_hr.T}
     return out
 
 
