@@ -154,3 +154,26 @@ class BiLM(nn.Module):
             layers.append(jnp.concatenate([fwd, bwd], -1))
         softmax = nn.Dense(self.vocab_size, name="softmax")  # shared by the two LMs
         return layers, softmax(fwd).astype(jnp.float32), softmax(bwd).astype(jnp.float32)
+
+
+class ELMoFeatureClassifier(nn.Module):
+    """Feature-based transfer (Peters et al. §3.3): the biLM's layers under
+    ``stop_gradient`` (frozen: only the mix and the classifier learn), the task's scalar mix
+    (eq. 1), the mean over each row's tokens, one hidden ReLU layer and the classes.
+
+    ``apply(variables, chars_BTL, lengths_B)`` -> logits ``[B, C]``; ``variables['params']
+    ['bilm']`` are the trained biLM's parameters (the rest starts fresh)."""
+
+    bilm: BiLM
+    num_classes: int
+    hidden_dim: int = 128
+
+    @nn.compact
+    def __call__(self, chars_BTL, lengths_B):
+        layers, _, _ = self.bilm(chars_BTL, lengths_B)
+        layers = [jax.lax.stop_gradient(h) for h in layers]
+        mixed_BTD = ScalarMix(len(layers), name="mix")(layers)
+        keep_BT1 = (jnp.arange(chars_BTL.shape[1])[None] < lengths_B[:, None])[..., None]
+        pooled_BD = (mixed_BTD * keep_BT1).sum(1) / jnp.maximum(lengths_B, 1)[:, None]
+        hidden = nn.relu(nn.Dense(self.hidden_dim, name="hidden")(pooled_BD))
+        return nn.Dense(self.num_classes, name="head")(hidden).astype(jnp.float32)

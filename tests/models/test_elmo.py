@@ -130,3 +130,29 @@ def test_bilm_directions_see_only_their_side():
     np.testing.assert_allclose(bwd[:, 4:], bwd2[:, 4:], atol=1e-6)
     assert float(jnp.abs(fwd[:, 3:] - fwd2[:, 3:]).max()) > 1e-5
     assert float(jnp.abs(bwd[:, :4] - bwd2[:, :4]).max()) > 1e-5
+
+
+def test_feature_classifier_freezes_the_bilm_and_learns_the_mix():
+    from seqjax.models.elmo import ELMoFeatureClassifier
+
+    bilm = BiLM(num_chars=20, vocab_size=11, num_layers=2, hidden_dim=8, proj_dim=4,
+                char_dim=4, filters=((1, 4),), num_highway=1)  # fmt: skip
+    model = ELMoFeatureClassifier(bilm, num_classes=3, hidden_dim=8)
+    chars = np.random.default_rng(5).integers(1, 20, size=(2, T, 3)).astype(np.int32)
+    lengths = jnp.asarray([T, 2])
+    params = model.init(jax.random.PRNGKey(0), chars, lengths)["params"]
+
+    def loss(p):
+        return model.apply({"params": p}, chars, lengths).sum()
+
+    grads = jax.grad(loss)(params)
+    assert all(float(jnp.abs(g).max()) == 0 for g in jax.tree.leaves(grads["bilm"]))
+    assert float(jnp.abs(grads["mix"]["scalars"]).max()) > 0
+    assert float(jnp.abs(grads["mix"]["gamma"])) > 0
+    # the padded tokens of row 1 do not count
+    changed = chars.copy()
+    changed[1, 2:] = 1
+    np.testing.assert_allclose(
+        model.apply({"params": params}, chars, lengths)[1],
+        model.apply({"params": params}, changed, lengths)[1], atol=1e-6,
+    )  # fmt: skip
