@@ -40,7 +40,7 @@ def main(out: str, exp: str) -> None:
     ax.set_ylabel("train bits/char")
     ax_t.set_xlabel("seconds (shared 2-core CPU)")
     ax.legend()
-    fig.suptitle("char LM on tiny shakespeare, ~150K parameters: LSTM (carried state) vs Transformer")
+    fig.suptitle("char LM, tiny shakespeare, ~150K parameters: LSTM (carried state), Transformer")
     fig.tight_layout()
     fig.savefig(exp / "bits_per_char.png", dpi=120)
     (exp / "table.md").write_text("\n".join(lines) + "\n")

@@ -34,8 +34,8 @@ def test_projected_lstm_equals_torch_proj_size_both_directions():
         want = pad_packed_sequence(out, batch_first=True, total_length=T)[0].numpy()
     sd, x_j, lengths = ref.state_dict(), jnp.asarray(x.numpy()), jnp.asarray(LENGTHS)
     valid = np.arange(T)[None] < LENGTHS[:, None]
-    for d, (suffix, kw) in enumerate((("_l0", {}), ("_l0_reverse", {"reverse": True,
-                                                                    "keep_order": True}))):  # fmt: skip
+    backward = {"reverse": True, "keep_order": True}
+    for d, (suffix, kw) in enumerate((("_l0", {}), ("_l0_reverse", backward))):
         params = torch_rnn.cell_from_torch(sd, "lstm", suffix, projection=True)
         rnn = nn.RNN(ProjectedLSTMCell(H, P), return_carry=True, **kw)
         (c, r), y = rnn.apply({"params": {"cell": params}}, x_j, seq_lengths=lengths)
