@@ -52,6 +52,11 @@ PLOTS = [
     ("linformer_mlm/run.py", "linformer_mlm/results/linformer_mlm_cpu", "file"),
     ("linformer_mlm/run.py", "linformer_mlm/results/linformer_mlm_subword_cpu", "file"),
     ("longformer_warmstart/run.py", "longformer_warmstart/results/results", "file"),
+    (
+        "char_rnn_vs_transformer/summarize.py",
+        "char_rnn_vs_transformer/results/char_rnn_vs_transformer_cpu",
+        "file",
+    ),
 ]
 
 
