@@ -164,6 +164,8 @@ def run_header(config, run, workdir, *, start_step: int, num_params: int, argv=N
     overrides = [a.split("=", 1)[0][2:] for a in argv[1:] if a.startswith("--config.")]
     n = len(overrides)
     m, t = config.model, config.train
+    if "attention" not in m:  # a family without attention layers (seqjax.models.registry)
+        return _family_header(config, run, workdir, start_step, num_params, config_file, n)
     options = from_config.attention_options(config)
     layers = _per_layer(m.attention, int(m.num_layers), options)
     dec_layers = getattr(getattr(run.model, "cfg", None), "decoder_layers", None)
@@ -196,6 +198,27 @@ def run_header(config, run, workdir, *, start_step: int, num_params: int, argv=N
         mods = ", ".join(prov["imports"]) or "-"
         regs = ", ".join(f"{n} from {mod}" for n, mod in outside.items())
         rows.append(("imports", mods + (f" ({regs})" if regs else "")))
+    return "\n".join(["seqjax run"] + [f"  {k:<10} {v}" for k, v in rows])
+
+
+def _family_header(config, run, workdir, start_step, num_params, config_file, n) -> str:
+    """The header of a model family without the Transformer's fields: its config's fields."""
+    import dataclasses
+
+    t, cfg = config.train, getattr(run.model, "cfg", None)
+    fields = dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else {}
+    shown = ", ".join(f"{k} {v}" for k, v in fields.items() if k != "vocab_size")
+    start = "from scratch" if not start_step else f"resumed at step {start_step}"
+    mesh = " x ".join(f"{k}={v}" for k, v in dict(run.mesh.shape).items())
+    rows = [
+        ("config", config_file + (f" + {n} override{'s' if n != 1 else ''}" if n else "")),
+        ("task", f"{run.task.name} ({type(run.task).__module__})"),
+        ("model", f"{config.model.get('family')}: {shown}, {num_params:,} parameters"),
+        ("data", run.task.describe_data(config, run.info)),
+        ("steps", f"{t.num_steps:,} ({start})"),
+        ("mesh", f"{mesh} ({run.mesh.devices.size} devices)"),
+        ("workdir", str(workdir)),
+    ]
     return "\n".join(["seqjax run"] + [f"  {k:<10} {v}" for k, v in rows])
 
 
