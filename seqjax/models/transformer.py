@@ -182,7 +182,7 @@ def attention_cycle(names: str, options_by_name: Any = None) -> tuple:
     """
     options_by_name = options_by_name or {}
     cycle = []
-    for name in [n.strip() for n in names.split(",") if n.strip()]:
+    for name in attention_lib.registry.parse(names):
         attention_lib.spec(name)  # clear error for unknown names
         opts = options_by_name.get(name) if hasattr(options_by_name, "get") else None
         cycle.append(
@@ -263,7 +263,7 @@ class Encoder(nn.Module):
         cfg = self.cfg
         if self.decode:
             for name, _ in dict.fromkeys(cfg.attention):
-                layers.check_decodable(name, self.causal or name == "causal")
+                layers.check_decodable(name, self.causal or attention_lib.spec(name).always_causal)
         embed = adaptive_embedding(cfg) if cfg.adaptive else layers.token_embedding(cfg)
         x_BTE = embed.embed(tokens_BT) if cfg.adaptive else embed(tokens_BT)
         if prefix_BPE is not None:  # e.g. a CLS vector prepended by the classifier
