@@ -360,6 +360,6 @@ for _name, _fn in (("dense", dense_attention), ("causal", causal_attention)):
             always_causal=_name == "causal",
             decode_cache="kv",
             context_parallel="ring",
-            kernels={"gpu": ("cudnn", "pallas", "tokamax"), "tpu": ("splash",)},
+            kernels=(("gpu", ("cudnn", "pallas", "tokamax")), ("tpu", ("splash",))),
         )
     )

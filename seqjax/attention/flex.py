@@ -480,6 +480,6 @@ registry.register(
         ),
         decode_cache=_decode_cache,
         context_parallel="ring_sparse",
-        kernels={"gpu": ("pallas",), "tpu": ("splash",)},
+        kernels=(("gpu", ("pallas",)), ("tpu", ("splash",))),
     )
 )

@@ -31,7 +31,7 @@ one parse of a mechanism list (``"lsh, dense"``) is ``parse``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import jax.numpy as jnp
@@ -92,8 +92,9 @@ class Mechanism:
         the ring with empty steps skipped), ``"sharded"`` (as it is, the partitioner
         splitting its contractions: Linformer; the input length must divide), None (refused).
       context_parallel_refusal: why it cannot run sequence-sharded (when that is None).
-      kernels: ``{platform: implementation names}`` of its fused kernels (``cpu``/``gpu``/
-        ``tpu``; what ``implementation="auto"`` may pick there besides the plain-JAX engines).
+      kernels: ``((platform, implementation names), ...)`` of its fused kernels (``cpu``/
+        ``gpu``/``tpu``; what ``implementation="auto"`` may pick there besides the plain-JAX
+        engines); pairs, not a dict, so a ``Mechanism`` stays hashable (``kernels(name)``).
     """
 
     name: str
@@ -116,7 +117,7 @@ class Mechanism:
     decode_cache: str | Callable[[dict | None], str | None] | None = None
     context_parallel: str | None = None
     context_parallel_refusal: str | None = None
-    kernels: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    kernels: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 CACHE_KINDS = ("kv", "recurrent", "pattern", "lsh")
@@ -266,6 +267,12 @@ def context_parallel_refusal(name: str) -> str | None:
         return None
     why = (mech and mech.context_parallel_refusal) or "it has no sequence-parallel implementation"
     return f"attention {name!r} cannot run with config.mesh.sequence > 1: {why}."
+
+
+def kernels(name: str, platform: str | None = None):
+    """``{platform: fused kernels}`` of mechanism ``name``, or one platform's tuple."""
+    table = dict(spec(name).kernels)
+    return table if platform is None else table.get(platform, ())
 
 
 def capable(name, capability: str, value=True) -> bool:

@@ -53,6 +53,8 @@ def test_builtin_declarations():
     assert "bigbird" in registry.packing_refusal("flex", {"pattern": "bigbird"})
     assert registry.packing_period("local", {"block_len": 8}, lambda: 64) == 8
     assert registry.packing_period("sparse_fixed", {"stride": 4}, lambda: 64) == 4
+    assert registry.kernels("dense", "tpu") == ("splash",) and registry.kernels("lsh") == {}
+    assert len({registry.spec(n) for n in registry.names()}) == len(registry.names())  # hashable
 
 
 def test_a_toy_mechanisms_declarations_are_asked(toy):
