@@ -178,14 +178,10 @@ class LanguageModel(base.Task):
 
     def flops_per_step(self, run) -> float:
         """PaLM's ``6 N T + 12 L T^2 d`` per window; a tied token table is the logits matmul."""
-        from seqjax.attention import registry as attention_registry
         from seqjax.models import flops
 
         m = run.config.model
-        relative = any(  # Transformer-XL's relative scores over [memory; segment]
-            attention_registry.spec(name).memory_model is not None
-            for name, _ in run.model_cfg.attention
-        )
+        relative = any(name == "relative" for name, _ in run.model_cfg.attention)
         return flops.train_flops_per_step(
             run.model_cfg, run.abstract["params"], batch_size=run.config.data.batch_size,
             seq_len=self.input_length(run.config), tied_output=run.model_cfg.tie_embeddings,
