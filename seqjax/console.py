@@ -96,7 +96,9 @@ def format_metrics(res: dict) -> str:
 
 def _per_layer(spec: str, num_layers: int, options: dict) -> str:
     """``window(window=8) x 2`` or ``0: lsh, 1: dense, 2: lsh`` (the per-layer cycle)."""
-    cycle = [n.strip() for n in str(spec).split(",") if n.strip()]
+    from seqjax.attention import registry as attention_registry
+
+    cycle = attention_registry.parse(spec)
 
     def show(name):
         opts = options.get(name) or {}

@@ -37,10 +37,9 @@ from absl import logging
 from seqjax.decoding import lsh_cache
 from seqjax.decoding.samplers import check_sampling, sample_logits
 from seqjax.models import TransformerLM
-from seqjax.models.attention_layer import KV_CACHE_MECHANISMS, cache_kind
+from seqjax.models.attention_layer import cache_kind
 from seqjax.models.transformer_xl import TransformerXL
 
-CACHED_MECHANISMS = KV_CACHE_MECHANISMS
 DECODING_MODES = ("auto", "cache", "recompute")
 _FORCED = contextvars.ContextVar("seqjax_decoding", default=None)
 
