@@ -151,7 +151,7 @@ def test_bert_folder_fine_tunes_on_imdb_from_the_command_line(tmp_path):
     config.mesh.update(data=1, fsdp=1, tensor=1)
     run = setup.build(config, validate=False)
     state = hf_start.params(run, config.init_from)
-    p = {k: np.asarray(v) for k, v in _flat(state["params"]).items()}
+    p = {k: np.array(v) for k, v in _flat(state["params"]).items()}
     x = torch.from_numpy(np.asarray(batch["inputs"], np.int64))
     keep = x != 0
     with torch.no_grad():
