@@ -27,7 +27,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     smoke = a["smoke"]
     c = ml_collections.ConfigDict()
     c.init_from = ml_collections.config_dict.placeholder(str)
-    c.data_path = "../shared/data/tinyshakespeare/input.txt"  # bytes; 90% train / 10% eval
+    # bytes; 90% train / 10% eval; ../shared/data beside the repository or $SEQJAX_SHARED_DATA
+    c.data_path = common.shared_data_file("tinyshakespeare/input.txt")
     c.seed = 0
     # The small "pretrained" model (init_from None): RoBERTa's layout at CPU size.
     c.model = ml_collections.ConfigDict(

@@ -22,6 +22,8 @@ the function as extra keyword arguments. A mechanism with shared queries and key
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -94,8 +96,17 @@ def spec(name: str) -> Mechanism:
 
 
 def get(name: str) -> Callable[..., Any]:
-    """The attention function registered under ``name``."""
-    return spec(name).fn
+    """The attention function registered under ``name``; a keyword it does not take (a
+    misspelled option) raises ``check_options``' ``ValueError`` listing the valid ones."""
+    mech = spec(name)
+    own = inspect.signature(mech.fn).parameters  # hooks' extras (module_params) included
+
+    @functools.wraps(mech.fn)
+    def checked(*args, **kwargs):
+        check_options(name, {k: v for k, v in kwargs.items() if k not in own})
+        return mech.fn(*args, **kwargs)
+
+    return checked
 
 
 def describe() -> str:
