@@ -167,14 +167,16 @@ def load(path, *, max_len: int | None = None) -> Imported:
     return Imported(arch, cfg, model, params, hf_cfg, unused)
 
 
-def save(path, arch: str, cfg, params) -> Path:
+def save(path, arch: str, cfg, params, *, source=None) -> Path:
     """Exports seqjax ``params`` of a model in family ``arch``'s layout (``cfg`` such as
     ``load`` returns, or a seqjax config built with the same options) to a Hugging Face
     folder that ``transformers`` loads (``from_pretrained``) and ``load`` reads back.
 
     The config must be expressible in that layout: ``cfg`` is compared with the config the
     written ``config.json`` implies, and the first differing field raises a ``ValueError``
-    naming it and both values.
+    naming it and both values. ``source``: the Hugging Face folder the model was imported
+    from (or its ``config.json`` dict): its special token ids, tokenizer files and
+    ``generation_config.json`` are written with the weights (``folder.write_folder``).
     """
     if arch not in FAMILIES:
         raise ValueError(f"arch={arch!r} is not one of {FAMILIES}")
@@ -184,8 +186,8 @@ def save(path, arch: str, cfg, params) -> Path:
     if any(name != "dense" for name in mech):
         logging.warning("convert.save: attention %s is exported as Hugging Face's dense "
                         "attention", mech)  # fmt: skip
-    skip = {"attention", "encoder_attention", "decoder_attention", "dropout_rate",
-            "attention_dropout_rate", "dtype", "remat", "ff_chunk_size", "max_len",
+    skip = {"attention", "encoder_attention", "decoder_attention", "dtype", "remat",
+            "ff_chunk_size", "max_len",
             "cross_attention_implementation", "max_source_len", "max_target_len"}  # fmt: skip
     for f in dataclasses.fields(cfg):
         if f.name in skip:
@@ -197,4 +199,4 @@ def save(path, arch: str, cfg, params) -> Path:
                 f"needs {layout!r}"
             )
     tensors = mapping.to_hf(rules(arch, cfg), params)
-    return folder.write_folder(path, hf, tensors)
+    return folder.write_folder(path, hf, tensors, source=source)
