@@ -27,6 +27,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
 
@@ -149,3 +150,30 @@ def check_qkv(q, k, v, *, shared_qk: bool = False) -> None:
         raise ValueError(
             f"q and k/v must agree in batch and heads; got q {q.shape} and v {kv.shape}"
         )
+
+
+# What ``implementation="auto"`` chose, noted by a mechanism while it is traced (``note_auto``)
+# and read by ``resolve_auto`` (the run header prints it; nothing compiles).
+_AUTO_NOTES: list[str] | None = None
+
+
+def note_auto(choice: str) -> None:
+    """Called by a mechanism whose ``implementation="auto"`` resolved to ``choice`` (a no-op
+    unless ``resolve_auto`` is tracing it)."""
+    if _AUTO_NOTES is not None:
+        _AUTO_NOTES.append(choice)
+
+
+def resolve_auto(name: str, q, k, v, **options) -> str | None:
+    """What mechanism ``name`` with ``options`` (``implementation="auto"``) runs on this
+    backend for inputs shaped like ``q, k, v`` (arrays or ``jax.ShapeDtypeStruct``), traced
+    abstractly; None when it notes no choice or cannot be called on bare inputs."""
+    global _AUTO_NOTES
+    _AUTO_NOTES = []
+    try:
+        jax.eval_shape(lambda *qkv: spec(name).fn(*qkv, **options), q, k, v)
+    except Exception:  # noqa: BLE001 - a mechanism needing its module's parameters
+        return None
+    finally:
+        notes, _AUTO_NOTES = _AUTO_NOTES, None
+    return notes[0] if notes else None

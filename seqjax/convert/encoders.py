@@ -182,9 +182,10 @@ def gpt2_config(hf: dict, max_len: int | None = None) -> TransformerConfig:
             raise ValueError(f"config.json {field}={hf[field]!r} is not supported; valid: [{ok}]")
     e = hf.get("n_embd", 768)
     resid = hf.get("resid_pdrop", HF_DROPOUT)
-    if hf.get("embd_pdrop", HF_DROPOUT) != resid:  # seqjax has one rate for both
+    embd = hf.get("embd_pdrop", HF_DROPOUT)
+    if embd != resid:  # seqjax has one rate for both
         logging.warning("convert: GPT-2 embd_pdrop=%s is not carried; seqjax drops the "
-                        "embeddings at resid_pdrop=%s", hf.get("embd_pdrop", HF_DROPOUT), resid)  # fmt: skip
+                        "embeddings at resid_pdrop=%s", embd, resid)  # fmt: skip
     return TransformerConfig(
         vocab_size=hf["vocab_size"],
         num_layers=hf.get("n_layer", 12),

@@ -27,7 +27,7 @@ class HFTokenizer:
             except ImportError:
                 raise ImportError(
                     f"reading {p / 'tokenizer.json'} needs the tokenizers package, a seqjax "
-                    'dependency: install seqjax with pip install -e . (or pip install '
+                    "dependency: install seqjax with pip install -e . (or pip install "
                     '"tokenizers>=0.22.1,<1")'
                 ) from None
 
