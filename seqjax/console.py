@@ -13,6 +13,7 @@ header, logs and progress to stderr (``run_header``, ``format_metrics``,
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging as std_logging
 import numbers
 import os
@@ -119,8 +120,6 @@ def mechanism_options(name: str, given: dict) -> dict:
     mechanism's defaults for its declared options (Performer's ``num_features``, ``redraw``,
     ``seed``...; values that are None or arrays are left out); the default
     ``implementation`` is always shown."""
-    import inspect
-
     from seqjax import attention
 
     if name not in attention.names():
@@ -159,6 +158,7 @@ def auto_resolver(config, run):
             name, x, x, x, causal=causal, dropout_rate=rate, dropout_rng=key, **opts
         )  # fmt: skip
 
+    resolved.context = f"{jax.default_backend()}, {x.dtype}, q/k/v {list(x.shape)}"
     return resolved
 
 
@@ -227,6 +227,8 @@ def run_header(config, run, workdir, *, start_step: int, num_params: int, argv=N
     if dec_layers:  # an encoder-decoder (EncoderDecoderConfig)
         dec = _per_layer(m.decoder_attention, int(dec_layers), options, resolved)
         layers += f"; decoder {dec}"
+    if "implementation=auto -> " in layers:  # what auto was resolved for
+        layers += f" (auto resolved for {resolved.context})"
     prov = run.provenance
     outside = {n: mod for n, mod in prov["attention"].items() if not mod.startswith("seqjax.")}
     start = "from scratch" if not start_step else f"resumed at step {start_step}"
