@@ -79,18 +79,20 @@ def write_folder(folder, hf_config: dict, tensors: dict[str, np.ndarray], *, sou
     model came from, or its ``config.json`` dict) its token ids and tokenizer files too."""
     from safetensors.numpy import save_file
 
-    src_cfg, src_dir = _source(source)
+    src_cfg, src_dir = _source(source)  # read before anything is written over it
     hf_config = {**hf_config, **{k: src_cfg[k] for k in TOKEN_IDS if k in src_cfg}}
     p = Path(folder)
     p.mkdir(parents=True, exist_ok=True)
     (p / CONFIG).write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
     arrays = {k: np.ascontiguousarray(np.asarray(v, np.float32)) for k, v in tensors.items()}
     save_file(arrays, str(p / WEIGHTS), metadata={"format": "pt"})
+    same = src_dir is not None and src_dir.resolve() == p.resolve()  # saved over the source
     for name in TOKENIZER_FILES:
-        if src_dir is not None and (src_dir / name).is_file():
+        if src_dir is not None and not same and (src_dir / name).is_file():
             shutil.copyfile(src_dir / name, p / name)
     if src_dir is not None and (src_dir / GENERATION).is_file():
-        shutil.copyfile(src_dir / GENERATION, p / GENERATION)
+        if not same:
+            shutil.copyfile(src_dir / GENERATION, p / GENERATION)
     else:
         gen = {k: hf_config[k] for k in GENERATION_IDS if hf_config.get(k) is not None}
         (p / GENERATION).write_text(json.dumps(gen, indent=2, sort_keys=True) + "\n")

@@ -91,3 +91,13 @@ def test_missing_tokenizers_names_the_install_line(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "tokenizers", None)  # "import tokenizers" fails
     with pytest.raises(ImportError, match=r"needs the tokenizers package.*pip install -e \."):
         convert.tokenizer(tmp_path)
+
+
+def test_saved_over_its_own_source(tmp_path):
+    src = tmp_path / "in"
+    hf.save(hf.gpt2(bos_token_id=0, eos_token_id=0), src)
+    _word_tokenizer(src, hf.V)
+    imp = convert.load(src)
+    convert.save(src, imp.arch, imp.config, imp.params, source=src)
+    written = json.loads((src / "config.json").read_text())
+    assert (written["eos_token_id"], (src / "tokenizer.json").is_file()) == (0, True)
