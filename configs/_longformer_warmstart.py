@@ -15,7 +15,7 @@ checkpoint's ids reach it), or None: the study first pre-trains a small RoBERTa-
 model with seqjax's masked LM at ``short_len``, exports it to the Hugging Face layout and
 imports it back (the whole path, no download). Results go to a fresh
 ``workdirs/longformer_warmstart/<UTC time>/`` unless ``--out`` names a folder. The full
-study takes about 7 minutes on a shared 2-core CPU (13 were reported on another); variant
+study takes 7 to 13 minutes on a shared 2-core CPU (391 s and 774 s in two runs); variant
 ``smoke`` (20 + 10 steps per row, the test's) about 3 minutes, nearly all compilation.
 """
 
