@@ -41,7 +41,8 @@ def export(workdir: str, folder: str, *, arch: str | None = None, step: int | No
         if not hf_start.is_hf(source):
             raise ValueError(
                 f"--arch is needed: the run in {workdir} did not start from a Hugging Face "
-                f"folder (config.init_from={source!r}); valid: {', '.join(convert.registry.names())}"
+                f"folder (config.init_from={source!r}); valid: "
+                f"{', '.join(convert.registry.names())}"
             )
         arch, _ = hf_start.imported_config(source)
     run, state, _ = setup.restore_latest(workdir, step=step)
