@@ -15,7 +15,7 @@ import numbers
 import jax
 
 from seqjax import attention as attention_lib
-from seqjax import tasks
+from seqjax import compile_cache, tasks
 from seqjax.attention import ring
 from seqjax.data import api as data_api
 from seqjax.data import registry as data_registry
@@ -254,6 +254,12 @@ def _train_stage(ctx, bad, errors) -> None:
         bad("train.log_every", t.log_every, "a positive integer")
     if not isinstance(t.max_to_keep, int) or t.max_to_keep < 1:
         bad("train.max_to_keep", t.max_to_keep, "a positive integer")
+    chunk = t.get("xent_chunk")  # every task, whether or not its loss reads it
+    if chunk is not None and (not _is_int(chunk) or chunk < 0):
+        bad("train.xent_chunk", chunk, "None (auto), 0 (plain logits) or tokens per chunk > 0")
+    cache_problem = compile_cache.setting_problem(t.get("compilation_cache", "auto"))
+    if cache_problem:
+        bad("train.compilation_cache", t.get("compilation_cache"), cache_problem)
     try:
         flops.parse_profile_steps(t.get("profile_steps", ""))
     except ValueError as e:

@@ -67,6 +67,29 @@ def maybe_initialize_distributed() -> None:
         jax.distributed.initialize()
 
 
+def one_program_in_flight() -> bool:
+    """Whether the loops wait for each step before dispatching the next (``settle``): with
+    several processes on CPU devices (gloo collectives, ``launch/local.py``).
+
+    The XLA CPU client runs a program with collectives on a small shared thread pool, and an
+    execution whose inputs come from a still-queued earlier one blocks its pool thread until
+    they are ready. With many steps dispatched ahead (the evaluation loop queues its whole
+    split: nothing is fetched until the end), one device of a process could wait on its
+    earlier step while that step found no free thread, and its peer ranks on the other
+    process waited in the all-reduce for it forever (issue 50, item 8: the final evaluation
+    of a two-process run hung in about half the runs). One step in flight removes the wait.
+    Accelerators queue programs on their own streams and keep the pipelining.
+    """
+    return jax.process_count() > 1 and jax.default_backend() == "cpu"
+
+
+def settle(x):
+    """``jax.block_until_ready(x)`` when ``one_program_in_flight()``; else ``x`` as it is."""
+    if one_program_in_flight():
+        jax.block_until_ready(x)
+    return x
+
+
 def resolve_mesh_shape(mesh_cfg, num_devices: int) -> tuple[int, int, int, int]:
     """Sizes of ``MESH_AXES`` (data, fsdp, sequence, tensor; a missing field is 1) with
     ``-1`` (at most one) = the rest of the devices.

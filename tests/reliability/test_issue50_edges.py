@@ -1,11 +1,81 @@
 """Issue 50, faults at the new edges (no process started here; the real-process ones are in
-``test_issue50_faults.py``): a complete last metrics line without its newline (item 6)."""
+``test_issue50_faults.py``): an unusable compilation cache (item 3), a complete last
+metrics line without its newline (item 6), ``train.xent_chunk`` of every task (item 7)."""
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 
-from seqjax.train import lines
+import pytest
+
+from seqjax import compile_cache
+from seqjax.configs import common
+from seqjax.train import config_validation, lines
+
+CONFIGS = common.__file__.replace("seqjax/configs/common.py", "configs")
+
+
+def _config(name: str, variant: str):
+    return common.load_file(f"{CONFIGS}/{name}.py").get_config(variant)
+
+
+def _problems(config) -> str:
+    with pytest.raises(config_validation.ConfigError) as e:
+        config_validation.validate(config, num_devices=1, process_count=1)
+    return str(e.value)
+
+
+@pytest.mark.parametrize("name,variant", [("translation", "copy"), ("mlm", "smoke"),
+                                          ("char_lm", "smoke")])  # fmt: skip
+def test_a_negative_xent_chunk_is_refused_for_every_task(name, variant):
+    config = _config(name, variant)
+    config.train.xent_chunk = -3
+    problems = _problems(config)
+    assert "config.train.xent_chunk=-3 is invalid; valid: None (auto)" in problems
+    assert problems.count("xent_chunk") == 1  # once, not once per stage
+
+
+@pytest.mark.parametrize("value", ["5", "cache"])
+def test_a_compilation_cache_that_is_no_path_is_refused(value, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = _config("char_lm", "smoke")
+    config.train.compilation_cache = value
+    assert f"config.train.compilation_cache={value!r} is invalid; valid: 'auto', 'off'" in (
+        _problems(config)
+    )
+    assert not os.listdir(tmp_path)  # no ./5 made
+    for fine in ("auto", "off", "", "./5", "~/cache", "/tmp/c", "caches/jax", None):
+        assert compile_cache.setting_problem(fine) is None
+    assert compile_cache.setting_problem(5) and compile_cache.setting_problem(True)
+
+
+def _unusable_dirs(tmp_path) -> dict:
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    out = {"a file": str(a_file), "below a file": str(a_file / "cache"), "/proc": "/proc"}
+    return out
+
+
+def test_an_unusable_compilation_cache_warns_once_and_runs_without(tmp_path, caplog):
+    for what, directory in _unusable_dirs(tmp_path).items():
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger=compile_cache.__name__):
+            assert compile_cache.enable(directory) is None, what
+        [record] = caplog.records
+        assert directory in record.getMessage() and "running without" in record.getMessage()
+
+
+def test_the_environment_naming_a_file_is_named_in_the_warning(tmp_path, monkeypatch, caplog):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    monkeypatch.setenv(compile_cache.ENV_DIR, str(a_file))
+    config = _config("char_lm", "smoke")
+    with caplog.at_level(logging.WARNING, logger=compile_cache.__name__):
+        assert compile_cache.enable_for(config) is None
+    [record] = caplog.records
+    assert f"${compile_cache.ENV_DIR}" in record.getMessage()
 
 
 def _rows(path) -> list[dict]:
