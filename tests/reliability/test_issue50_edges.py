@@ -98,3 +98,39 @@ def test_an_unparseable_last_line_is_still_torn(tmp_path):
     assert path.read_text() == '{"step": 1}\n'
     path.write_text('{"step": 1}\n\xff\xfe')  # not even text
     assert lines.repair_torn_tail(str(path)) > 0 and path.read_text() == '{"step": 1}\n'
+
+
+def _one_sentence(e) -> str:
+    text = str(e.value)
+    assert "\n" not in text and "Error while deserializing" not in text.split("(")[0]
+    return text
+
+
+def test_an_empty_truncated_or_missing_weights_file_is_named(tmp_path):
+    import numpy as np
+
+    from seqjax.convert import folder
+
+    tensors = {"a": np.ones((8, 8), np.float32), "b": np.zeros((4,), np.float32)}
+    good = folder.write_folder(tmp_path / "good", {"model_type": "gpt2"}, tensors)
+    assert set(folder.read_tensors(good)) == {"a", "b"}
+    data = (good / folder.WEIGHTS).read_bytes()
+    for what, cut, says in [("empty", b"", "is empty (0 bytes)"),
+                            ("truncated", data[: len(data) // 2], "is not a complete"),
+                            ("header cut", data[:20], "is not a complete")]:  # fmt: skip
+        bad = tmp_path / what
+        folder.write_folder(bad, {"model_type": "gpt2"}, tensors)
+        (bad / folder.WEIGHTS).write_bytes(cut)
+        with pytest.raises(ValueError) as e:
+            folder.read_tensors(bad)
+        assert f"{bad / folder.WEIGHTS} {says}" in _one_sentence(e), what
+    sharded = tmp_path / "sharded"
+    sharded.mkdir()
+    (good / folder.WEIGHTS).rename(sharded / "model-00001-of-00002.safetensors")
+    index = {"weight_map": {"a": "model-00001-of-00002.safetensors",
+                            "b": "model-00002-of-00002.safetensors"}}  # fmt: skip
+    (sharded / folder.INDEX).write_text(json.dumps(index))
+    with pytest.raises(ValueError) as e:
+        folder.read_tensors(sharded)
+    assert f"{sharded / 'model-00002-of-00002.safetensors'} is missing" in _one_sentence(e)
+    assert folder.INDEX in str(e.value)
