@@ -134,3 +134,23 @@ def test_an_empty_truncated_or_missing_weights_file_is_named(tmp_path):
         folder.read_tensors(sharded)
     assert f"{sharded / 'model-00002-of-00002.safetensors'} is missing" in _one_sentence(e)
     assert folder.INDEX in str(e.value)
+
+
+def test_a_bad_dtype_in_the_saved_config_is_named_once(tmp_path):
+    """evaluate / sample (``cli_inputs.restore``): a ``config.json`` edited by hand names its
+    field and valid values once, not "no checkpoint restores" once per step."""
+    from seqjax.tasks import inputs
+    from seqjax.train import cli_inputs, setup
+
+    config = _config("char_lm", "smoke")
+    config.model.dtype = "float33"
+    (tmp_path / "config.json").write_text(config.to_json_best_effort())
+    for s in (5, 10):
+        (tmp_path / "checkpoints" / str(s)).mkdir(parents=True)
+    with pytest.raises(inputs.InputError) as e:
+        cli_inputs.restore(lambda s: setup.restore_latest(str(tmp_path), step=s),
+                           str(tmp_path), None)  # fmt: skip
+    msg = str(e.value)
+    assert f"{tmp_path / 'config.json'} (the run's config) is invalid" in msg
+    assert "config.model.dtype='float33' is invalid; valid: auto, float32" in msg
+    assert msg.count("float33") == 1 and "step 5" not in msg and "restores" not in msg
