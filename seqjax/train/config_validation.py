@@ -53,8 +53,12 @@ def validate(config, *, num_devices: int | None = None, process_count: int | Non
       process_count: processes (default ``jax.process_count()``).
     """
     errors: list[str] = []
+    reported: set[str] = set()
 
     def bad(field: str, value, valid: str) -> None:
+        if field in reported:  # once per field (a task's model probe meets it again)
+            return
+        reported.add(field)
         errors.append(f"config.{field}={value!r} is invalid; valid: {valid}")
 
     ctx = _Context(

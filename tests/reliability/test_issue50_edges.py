@@ -154,3 +154,16 @@ def test_a_bad_dtype_in_the_saved_config_is_named_once(tmp_path):
     assert f"{tmp_path / 'config.json'} (the run's config) is invalid" in msg
     assert "config.model.dtype='float33' is invalid; valid: auto, float32" in msg
     assert msg.count("float33") == 1 and "step 5" not in msg and "restores" not in msg
+
+
+def test_one_line_per_field_in_the_translation_and_packing_headers():
+    config = _config("translation", "copy")
+    config.model.dtype = "float33"
+    assert _problems(config).count("config.model.dtype=") == 1
+    config = _config("mlm", "smoke")
+    config.data.objective, config.data.packing = "bogus", True
+    problems = _problems(config)
+    assert "config.data.objective='bogus' is invalid" in problems
+    assert "config.data.packing" not in problems
+    config.data.objective = "span_corruption"  # valid, but not packable: still said
+    assert "config.data.packing=True is invalid" in _problems(config)
