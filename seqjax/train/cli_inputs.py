@@ -81,7 +81,8 @@ def restore(restore_fn, workdir: str, step: int | None, imports=()):
 
             if not failures:  # a config that cannot build fails every step alike: say so
                 _check_saved_config(workdir)
-            failures.append(f"step {s}: {checkpoint._reason(e)}")
+            step_dir = paths.workdir_path(workdir) / "checkpoints" / str(s)
+            failures.append(f"step {s}: {checkpoint.reason(step_dir, e)}")
             continue
         for line in failures:
             print(f"warning: skipped checkpoint {line}", file=sys.stderr, flush=True)

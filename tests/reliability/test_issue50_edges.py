@@ -8,6 +8,7 @@ import json
 import logging
 import os
 
+import jax
 import pytest
 
 from seqjax import compile_cache
@@ -167,3 +168,25 @@ def test_one_line_per_field_in_the_translation_and_packing_headers():
     assert "config.data.packing" not in problems
     config.data.objective = "span_corruption"  # valid, but not packable: still said
     assert "config.data.packing=True is invalid" in _problems(config)
+
+
+def test_an_emptied_iterator_file_is_named_as_empty(tmp_path):
+    import jax.numpy as jnp
+
+    from seqjax.train import checkpoint
+
+    ckpt = checkpoint.Checkpointer(str(tmp_path), max_to_keep=3, async_save=False)
+    state = {"w": jnp.ones((4,), jnp.float32)}
+    ckpt.save(1, state, {"spec": {}, "step": 1}, {"seed": 0})
+    ckpt.wait()
+    metadata = tmp_path / "checkpoints" / "1" / "data" / "metadata"
+    metadata.write_text("")
+    with pytest.raises(checkpoint.CheckpointError) as e:
+        ckpt.restore_newest(jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state))
+    ckpt.close()
+    assert f"step 1: {metadata} is empty (0 bytes)" in str(e.value)
+    assert "StopIteration" not in str(e.value)
+    try:  # without the file to name, the reason is the JSON error, not its hidden context
+        json.loads("")
+    except ValueError as err:
+        assert checkpoint._reason(err).startswith("JSONDecodeError: Expecting value")
