@@ -152,8 +152,10 @@ def test_sigterm_sweep_over_start_up(helpers, corpus, tmp_path, repeat):
         work = tmp_path / f"work_{delay}"
         cmd = helpers.main_command(work, corpus, **{"train.num_steps": 100_000,
                                                     "train.log_every": 100})  # fmt: skip
-        proc = subprocess.Popen(cmd, env=helpers.subprocess_env(corpus), cwd=REPO,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        proc = subprocess.Popen(
+            cmd, env=helpers.subprocess_env(corpus), cwd=REPO, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
         time.sleep(delay)
         proc.send_signal(signal.SIGTERM)
         try:
