@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 
 # ---- SIGTERM outside the training steps, handled from the first line (issue 50, item 1) ----
 
@@ -38,6 +39,8 @@ def _on_sigterm(signum, frame):
     that the kernel drops, and the run's log file is line-buffered.
     """
     del signum
+    if _ENDING:  # the run is exiting with its own sentence printed: no second one
+        os._exit(_ENDING[0])
     workdir = _workdir_arg(sys.argv)
     try:
         text = terminated_message(_phase(frame), workdir)
@@ -45,6 +48,9 @@ def _on_sigterm(signum, frame):
         text = f"stopped by SIGTERM: nothing was saved by this run in {workdir}"
     _say(f"error: {text}\n")
     os._exit(143)  # 128 + SIGTERM
+
+
+_ENDING: list[int] = []  # the exit status, once main() has reported how the run ends
 
 
 def _say(text: str) -> None:
@@ -260,7 +266,7 @@ def main(argv):
         sys.stdout.flush()
         os._exit(130)  # abandon a save in flight without waiting for (or noise from) it
     except Exception as e:  # every failure ends in one sentence, or a traceback for bugs
-        sys.exit(run_log.report(e, workdir))
+        _exit(run_log.report(e, workdir))
     if interrupt.count and result.get("stopped") == "preempted":
         print(
             f"interrupted at step {result['step']}: checkpoint saved in {workdir}; rerun the "
@@ -268,6 +274,23 @@ def main(argv):
             file=sys.stderr,
         )
         sys.exit(130)
+
+
+EXIT_WAIT_S = 10.0  # how long library threads may hold up an exit after an error
+
+
+def _exit(status: int) -> None:
+    """``sys.exit(status)``, bounded: a failed save can leave a library thread (Orbax's
+    executor, a TensorStore write) that never ends, and the interpreter waits for such
+    threads before it exits (a read-only workdir hung there for minutes: issue 50, item
+    2). The sentence is out already; after ``EXIT_WAIT_S`` the process leaves anyway."""
+    _ENDING.append(status)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    timer = threading.Timer(EXIT_WAIT_S, os._exit, (status,))
+    timer.daemon = True
+    timer.start()
+    sys.exit(status)
 
 
 def _file_config():

@@ -83,12 +83,14 @@ class LineFile:
         try:
             while written < len(data):
                 written += _write(self._fd, data[written:])
-        except OSError:
+        except OSError as e:
             if written:
                 try:  # take the partial line back out; freeing bytes cannot need space
                     os.ftruncate(self._fd, before)
                 except OSError:  # pragma: no cover - the next open repairs it
                     pass
+            if e.filename is None:  # os.write names no file: the message should
+                e.filename = self.path
             raise
         return len(text)
 

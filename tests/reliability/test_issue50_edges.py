@@ -190,3 +190,43 @@ def test_an_emptied_iterator_file_is_named_as_empty(tmp_path):
         json.loads("")
     except ValueError as err:
         assert checkpoint._reason(err).startswith("JSONDecodeError: Expecting value")
+
+
+def test_a_read_only_workdir_is_one_sentence(tmp_path):
+    """The unit half of item 2 (the real remount: test_issue50_faults.py, slow): a refused
+    write into the workdir, from Python or from TensorStore's text, names the workdir, the
+    file and the newest complete checkpoint; a refused write elsewhere stays a bug."""
+    import errno
+
+    from seqjax.train import errors
+
+    work = str(tmp_path)
+    (tmp_path / "checkpoints" / "10").mkdir(parents=True)
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("")
+    f = lines.LineFile(path)
+
+    def refused(fd, data):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    real, lines._write = lines._write, refused
+    try:
+        with pytest.raises(OSError) as e:
+            f.write('{"step": 11}\n')
+    finally:
+        lines._write = real
+        f.close()
+    tensorstore = ValueError(
+        f'PERMISSION_DENIED: Error writing local file "{work}/checkpoints/20.tmp/state/x": '
+        f'Failed to open: "{work}/checkpoints/20.tmp/state/x.__lock": Read-only file system '
+        "[os_error_code='30']"
+    )
+    for err, file in [(e.value, path), (tensorstore, f"{work}/checkpoints/20.tmp/state/x.__lock")]:
+        text, status = errors.message(err, work)
+        assert status == 2 and f"the workdir {work} cannot be written any more" in text
+        assert f"(Read-only file system: {file})" in text
+        assert f"the newest complete checkpoint is step 10 in {work}/checkpoints" in text
+    denied = OSError(errno.EACCES, "Permission denied", "/elsewhere/file")
+    assert errors.message(denied, work) is None
+    inside = OSError(errno.EACCES, "Permission denied", f"{work}/checkpoints")
+    assert errors.message(inside, work)[1] == 2

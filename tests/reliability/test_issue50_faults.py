@@ -59,6 +59,9 @@ def test_a_stopped_launcher_stops_its_hung_workers(sig, status, tmp_path):
 # ---- item 1: SIGTERM at any moment of start-up ---------------------------------------------
 
 
+_LINUX = pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs /proc")
+
+
 def _catches_sigterm(pid: int) -> bool:
     """Whether process ``pid`` has a handler for SIGTERM (``SigCgt`` of /proc/PID/status)."""
     try:
@@ -89,7 +92,7 @@ def _check_stopped(proc, out: str, err: str, work) -> str:
     return "loop"
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
+@_LINUX
 def test_sigterm_is_handled_from_before_the_heavy_imports(helpers, corpus, tmp_path):
     """The handler is in place before JAX is loaded (seconds before the flags are parsed),
     and a SIGTERM at that moment ends in the sentence and 143, not a silent death."""
@@ -137,13 +140,15 @@ print("the signal was lost")
     assert "error: stopped by SIGTERM during start-up" in proc.stderr
 
 
-SWEEP_S = (0.0, 0.3, 0.7, 1.2, 2.0, 3.0, 4.0, 5.5, 7.0, 9.0, 12.0)
+# Seconds after the job's first line (its SIGTERM handler installed) that the signal comes.
+SWEEP_S = (0.0, 0.1, 0.3, 0.7, 1.2, 2.0, 3.0, 4.0, 5.5, 7.0, 9.0, 12.0)
 
 
+@_LINUX
 @pytest.mark.slow
 @pytest.mark.parametrize("repeat", range(2))
 def test_sigterm_sweep_over_start_up(helpers, corpus, tmp_path, repeat):
-    """A SIGTERM at each of ``SWEEP_S`` seconds after launch (twice over): every run ends in
+    """A SIGTERM at each of ``SWEEP_S`` seconds after start (twice over): every run ends in
     the sentence and 143 (start-up) or a checkpoint and 0 (the loop): never ignored, never
     a silent death, an abort or a traceback. The run is long (100,000 steps), so a lost
     signal shows as a run that does not stop."""
@@ -156,6 +161,9 @@ def test_sigterm_sweep_over_start_up(helpers, corpus, tmp_path, repeat):
             cmd, env=helpers.subprocess_env(corpus), cwd=REPO, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
+        t0 = time.monotonic()  # the interpreter's own start-up (before any line) excepted
+        while not _catches_sigterm(proc.pid) and time.monotonic() - t0 < 60:
+            time.sleep(0.001)
         time.sleep(delay)
         proc.send_signal(signal.SIGTERM)
         try:
@@ -167,3 +175,59 @@ def test_sigterm_sweep_over_start_up(helpers, corpus, tmp_path, repeat):
         assert proc.returncode != -signal.SIGTERM, f"at {delay} s: killed without a sentence"
         outcomes.append((delay, _check_stopped(proc, out, err, work)))
     assert outcomes[0][1] == "start-up", outcomes
+
+
+# ---- item 2: the workdir turns read-only mid-run ------------------------------------------
+
+# In a private mount namespace (``unshare -rm``): run the job; once checkpoint $3 is complete,
+# stop it, mount the workdir over itself read-only (the job's open files stay writable, as
+# on a volume remounted under a running job every new file and folder is refused), go on.
+_READ_ONLY_MID_RUN = r"""
+W=$1; RC=$2; AT=$3; shift 3
+"$@" > "$RC.out" 2> "$RC.err" &
+pid=$!
+until [ -d "$W/checkpoints/$AT" ] || ! kill -0 $pid 2>/dev/null; do sleep 0.01; done
+kill -STOP $pid
+mount --bind "$W" "$W" && mount -o remount,bind,ro "$W" || { kill -9 $pid; exit 91; }
+kill -CONT $pid
+wait $pid
+echo $? > "$RC"
+"""
+
+
+def _can_remount_read_only(tmp_path) -> bool:
+    d = tmp_path / "probe"
+    d.mkdir()
+    script = f'mount --bind "{d}" "{d}" && mount -o remount,bind,ro "{d}" && ! touch "{d}/x"'
+    try:
+        proc = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True,
+                              timeout=30)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0
+
+
+@pytest.mark.slow
+def test_a_workdir_turned_read_only_mid_run(helpers, corpus, tmp_path, reference_losses):
+    if not _can_remount_read_only(tmp_path):
+        pytest.skip("needs unshare -rm with bind mounts (user and mount namespaces)")
+    work, rc_file = tmp_path / "work", tmp_path / "rc"
+    work.mkdir()
+    cmd = helpers.main_command(work, corpus, **{"train.checkpoint_every": 10})
+    subprocess.run(["unshare", "-rm", "bash", "-c", _READ_ONLY_MID_RUN, "-", str(work),
+                    str(rc_file), "10", *cmd], env=helpers.subprocess_env(corpus), cwd=REPO,
+                   timeout=600, check=True)  # fmt: skip
+    err = rc_file.with_suffix(".err").read_text()
+    assert rc_file.read_text().strip() == "2", err[-3000:]
+    assert "Traceback" not in err and "bug in seqjax" not in err, err[-3000:]
+    (line,) = [x for x in err.splitlines() if x.startswith("error:")]
+    last = helpers.complete_steps(work)[-1]
+    assert f"the workdir {work} cannot be written any more (Read-only file system" in line
+    assert f"the newest complete checkpoint is step {last} in {work}/checkpoints" in line
+    # Writable again (outside the namespace): the same command resumes, exactly.
+    proc = helpers.run_main(work, corpus, **{"train.checkpoint_every": 10})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    losses = helpers.losses(work)
+    assert sorted(losses) == list(range(1, 41))
+    for step, values in losses.items():
+        assert all(v == reference_losses[step] for v in values), step
