@@ -71,13 +71,14 @@ def one_program_in_flight() -> bool:
     """Whether the loops wait for each step before dispatching the next (``settle``): with
     several processes on CPU devices (gloo collectives, ``launch/local.py``).
 
-    The XLA CPU client runs a program with collectives on a small shared thread pool, and an
-    execution whose inputs come from a still-queued earlier one blocks its pool thread until
-    they are ready. With many steps dispatched ahead (the evaluation loop queues its whole
-    split: nothing is fetched until the end), one device of a process could wait on its
-    earlier step while that step found no free thread, and its peer ranks on the other
-    process waited in the all-reduce for it forever (issue 50, item 8: the final evaluation
-    of a two-process run hung in about half the runs). One step in flight removes the wait.
+    The final evaluation of a two-process run (2 x 2 CPU devices) hung in 2 of 3 runs
+    (issue 50, item 8); the evaluation loop dispatches its whole split ahead, fetching
+    nothing until the end. Native stacks (gdb) of a hung run: on process 1 both devices'
+    ranks sat in gloo's all-reduce; on process 0 only one did, while the XLA CPU client's
+    dispatch threads waited, one in ``Execute`` for the inputs of an earlier execution
+    (``BlockUntilReady``) and one on the in-flight limit, so the other device's program
+    never reached its all-reduce. With one step in flight, no dispatch waits on an earlier
+    one: 5 of 5 runs of the same command then finished (and the slow test repeats it).
     Accelerators queue programs on their own streams and keep the pipelining.
     """
     return jax.process_count() > 1 and jax.default_backend() == "cpu"
