@@ -83,7 +83,10 @@ class LanguageModel(base.Task):
         recurrent = memory.kinds().get(memory.kind(config)) is not None
         if not recurrent and t.sample_length and t.sample_length > m.max_len:
             bad("train.sample_length", t.sample_length, f"<= model.max_len={m.max_len}")
-        chunk = t.get("xent_chunk")  # its type and sign: config_validation (every task)
+        chunk = t.get("xent_chunk")
+        if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int)
+                                  or chunk < 0):  # fmt: skip
+            bad("train.xent_chunk", chunk, "None (auto), 0 (plain logits) or tokens per chunk > 0")
         adaptive = (m.get("adaptive") or {}).get("enabled", False)
         if isinstance(chunk, int) and chunk > 0 and (recurrent or adaptive):
             bad("train.xent_chunk", chunk, "None or 0 with model.adaptive or a recurrent "

@@ -258,7 +258,7 @@ def _train_stage(ctx, bad, errors) -> None:
         bad("train.log_every", t.log_every, "a positive integer")
     if not isinstance(t.max_to_keep, int) or t.max_to_keep < 1:
         bad("train.max_to_keep", t.max_to_keep, "a positive integer")
-    chunk = t.get("xent_chunk")  # every task, whether or not its loss reads it
+    chunk = t.get("xent_chunk")  # every task, whether or not its loss reads it (LM: again)
     if chunk is not None and (not _is_int(chunk) or chunk < 0):
         bad("train.xent_chunk", chunk, "None (auto), 0 (plain logits) or tokens per chunk > 0")
     cache_problem = compile_cache.setting_problem(t.get("compilation_cache", "auto"))
