@@ -53,12 +53,12 @@ def validate(config, *, num_devices: int | None = None, process_count: int | Non
       process_count: processes (default ``jax.process_count()``).
     """
     errors: list[str] = []
-    reported: set[str] = set()
+    reported: set[tuple[str, str]] = set()
 
     def bad(field: str, value, valid: str) -> None:
-        if field in reported:  # once per field (a task's model probe meets it again)
+        if (field, repr(value)) in reported:  # once (a task's model probe meets it again)
             return
-        reported.add(field)
+        reported.add((field, repr(value)))
         errors.append(f"config.{field}={value!r} is invalid; valid: {valid}")
 
     ctx = _Context(
@@ -101,9 +101,10 @@ def _model_stage(ctx, bad, errors) -> None:
     valid_names = ", ".join(attention_lib.names())
     if not ctx.names:
         bad("model.attention", m.attention, f"a name or comma-separated cycle of: {valid_names}")
-    for name in ctx.names:
-        if name not in attention_lib.names():
-            bad("model.attention", m.attention, f"names from: {valid_names} (unknown {name!r})")
+    unknown = [name for name in ctx.names if name not in attention_lib.names()]
+    if unknown:
+        listed = ", ".join(map(repr, dict.fromkeys(unknown)))
+        bad("model.attention", m.attention, f"names from: {valid_names} (unknown {listed})")
     for key in ctx.options:
         if key not in attention_lib.names():
             bad(f"model.attention_options.{key}", "...", f"a mechanism name: {valid_names}")
