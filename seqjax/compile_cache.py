@@ -77,6 +77,8 @@ def unusable(directory: str) -> str | None:
     removed in it), or None when it can. Remote paths (``gs://``) are JAX's to check."""
     if "://" in directory:
         return None
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        return "it is a file, not a folder"
     try:
         os.makedirs(directory, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix=".seqjax_probe_", dir=directory)

@@ -77,6 +77,7 @@ def test_the_environment_naming_a_file_is_named_in_the_warning(tmp_path, monkeyp
         assert compile_cache.enable_for(config) is None
     [record] = caplog.records
     assert f"${compile_cache.ENV_DIR}" in record.getMessage()
+    assert "(it is a file, not a folder)" in record.getMessage()
 
 
 def _rows(path) -> list[dict]:
