@@ -10,7 +10,8 @@ a time holds a workdir (``seqjax.lock``).
 
 Exit status: 0 done or stopped by SIGTERM (checkpoint saved); 2 a problem with the input
 that one sentence explains (config, config file, data, workdir, resume with another
-config, a full disk, a workdir that turned read-only); 3 non-finite loss (nothing saved after the last good checkpoint);
+config, a full disk, a workdir that turned read-only); 3 non-finite loss (nothing saved
+after the last good checkpoint);
 130 Ctrl-C (the checkpoint is saved first; a second Ctrl-C abandons the save in flight);
 143 SIGTERM before the first training step (from this file's first line on) or after the
 last (one sentence: nothing saved);
