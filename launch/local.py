@@ -101,18 +101,17 @@ class _Forwarder:
             self.overdue()
             return
         self.signum, self._at = signum, time.monotonic()
-        print(f"[local] {signal.Signals(signum).name}: forwarded to the {len(self.procs)} "
-              f"processes; killing any still running in {self.grace_s:.0f} s",
-              file=sys.stderr, flush=True)  # fmt: skip
         _signal_all(self.procs, signum)
+        _note(f"[local] {signal.Signals(signum).name}: forwarded to the {len(self.procs)} "
+              f"processes; killing any still running in {self.grace_s:.0f} s")  # fmt: skip
 
     def overdue(self) -> bool:
         """Kills the processes still running once the grace period is over (True then)."""
         if time.monotonic() - self._at < self.grace_s:
             return False
         if any(p.poll() is None for p in self.procs):
-            print(f"[local] processes still running {self.grace_s:.0f} s after the signal: "
-                  "killed", file=sys.stderr, flush=True)  # fmt: skip
+            _note(f"[local] processes still running {self.grace_s:.0f} s after the signal: "
+                  "killed")  # fmt: skip
         _signal_all(self.procs, signal.SIGKILL)
         return True
 
@@ -120,6 +119,15 @@ class _Forwarder:
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)
         self._previous = {}
+
+
+def _note(text: str) -> None:
+    """A line on stderr from a signal handler (one ``write(2)``: ``print`` could meet a
+    print of the main thread and raise)."""
+    try:
+        os.write(2, (text + "\n").encode())
+    except OSError:
+        pass
 
 
 def _signal_all(procs: list, signum: int) -> None:
