@@ -365,8 +365,7 @@ def _train(job: _Job) -> str:
                     _evaluate(job)
             job.save(job.step)
         job.ckpt.wait()
-        if stopped == "done" and flag.local:  # SIGTERM during the last save: no evaluation
-            stopped = "preempted"
+        stopped = "preempted" if flag.local else stopped  # SIGTERM in the last save: no eval
     finally:
         if tracing:  # the run stopped inside the traced steps
             jax.profiler.stop_trace()

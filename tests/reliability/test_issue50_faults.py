@@ -254,3 +254,22 @@ def test_a_workdir_turned_read_only_mid_run(helpers, corpus, tmp_path, reference
     assert sorted(losses) == list(range(1, 41))
     for step, values in losses.items():
         assert all(v == reference_losses[step] for v in values), step
+
+
+# ---- item 3: a compilation cache on a read-only mount ----------------------------------------
+
+
+def test_a_compilation_cache_on_a_read_only_mount_warns_and_runs_without(tmp_path):
+    if not _can_remount_read_only(tmp_path):
+        pytest.skip("needs unshare -rm with bind mounts (user and mount namespaces)")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    code = f"from seqjax import compile_cache; print(compile_cache.enable({str(cache)!r}))"
+    script = (f'mount --bind "{cache}" "{cache}" && mount -o remount,bind,ro "{cache}" && '
+              f'"{sys.executable}" -c "{code}"')  # fmt: skip
+    env = dict(os.environ, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu")
+    proc = subprocess.run(["unshare", "-rm", "sh", "-c", script], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0 and proc.stdout.strip() == "None", proc.stderr[-3000:]
+    warnings = [x for x in proc.stderr.splitlines() if "cannot be used" in x]
+    assert len(warnings) == 1 and "(Read-only file system)" in warnings[0], proc.stderr
