@@ -50,18 +50,42 @@ def read_config(folder) -> dict:
         raise ValueError(f"{cfg} is not valid JSON ({e})") from None
 
 
-def read_tensors(folder) -> dict[str, np.ndarray]:
-    """Every tensor of the folder's safetensors file(s), by name, as numpy arrays."""
+def _load(path: Path, index: Path | None = None) -> dict[str, np.ndarray]:
+    """One safetensors file's tensors; a missing (a shard ``index`` names), empty,
+    truncated or damaged file is a one-sentence ``ValueError`` naming it."""
+    from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
+    if not path.is_file():
+        raise ValueError(
+            f"{path} is missing: {index} names it as the shard of some tensors; download "
+            "every shard the index names, or save the model again with save_pretrained"
+        )
+    if path.stat().st_size == 0:
+        raise ValueError(f"{path} is empty (0 bytes); download or save the model again")
+    try:
+        return dict(load_file(str(path)))
+    except (SafetensorError, OSError) as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(
+            f"{path} is not a complete safetensors file ({path.stat().st_size} bytes; "
+            f"{reason}): truncated or damaged, download or save the model again"
+        ) from None
+
+
+def read_tensors(folder) -> dict[str, np.ndarray]:
+    """Every tensor of the folder's safetensors file(s), by name, as numpy arrays."""
     p = Path(folder)
     if (p / WEIGHTS).is_file():
-        return dict(load_file(str(p / WEIGHTS)))
+        return _load(p / WEIGHTS)
     if (p / INDEX).is_file():
-        weight_map = json.loads((p / INDEX).read_text()).get("weight_map") or {}
+        try:
+            weight_map = json.loads((p / INDEX).read_text()).get("weight_map") or {}
+        except (ValueError, AttributeError) as e:
+            raise ValueError(f"{p / INDEX} is not a valid index (JSON object) ({e})") from None
         tensors = {}
         for shard in sorted(set(weight_map.values())):
-            tensors.update(load_file(str(p / shard)))
+            tensors.update(_load(p / shard, p / INDEX))
         missing = sorted(set(weight_map) - set(tensors))
         if missing:
             raise ValueError(f"{p / INDEX} names tensors no shard holds, e.g. {missing[0]!r}")

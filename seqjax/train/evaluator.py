@@ -106,7 +106,7 @@ class Evaluator:
                         break
                     with jax.transfer_guard_host_to_device("allow"):  # on purpose
                         batch = sharding.global_batch(local, self.run.mesh)
-                    sums, memory = self._step(params, sums, memory, batch)
+                    sums, memory = sharding.settle(self._step(params, sums, memory, batch))
                     done += 1
                     bar.update(1)
         finally:

@@ -352,7 +352,7 @@ def _train(job: _Job) -> str:
                 if profile and job.step + 1 == profile[0]:
                     jax.profiler.start_trace(profile_dir)
                     tracing = True
-                job.state, m = job.train_step(job.state, batch)
+                job.state, m = sharding.settle(job.train_step(job.state, batch))  # see there
                 job.step += 1
                 if tracing and job.step + 1 == profile[1]:
                     jax.block_until_ready(m)
@@ -367,6 +367,7 @@ def _train(job: _Job) -> str:
                     _evaluate(job)
             job.save(job.step)
         job.ckpt.wait()
+        stopped = "preempted" if flag.local else stopped  # SIGTERM in the last save: no eval
     finally:
         if tracing:  # the run stopped inside the traced steps
             jax.profiler.stop_trace()
