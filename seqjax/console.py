@@ -131,6 +131,13 @@ def set_command_line(argv: list[str]) -> None:
     _COMMAND_LINE = list(argv)
 
 
+def typed_fields(argv: list[str] | None = None) -> set[str]:
+    """The config fields typed on the command line (``--config.model.d_model=64`` gives
+    ``model.d_model``), of ``argv`` or the recorded command line."""
+    argv = (_COMMAND_LINE or []) if argv is None else argv
+    return {a.split("=", 1)[0][len("--config.") :] for a in argv[1:] if a.startswith("--config.")}
+
+
 def _output_layer(m, info) -> str:
     """The model's output layer: a classifier head, an adaptive softmax with its cutoffs, or
     a (tied) softmax over the vocabulary."""

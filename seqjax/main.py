@@ -151,11 +151,12 @@ def train(config, workdir: str, *, log_file: bool = False) -> dict:
     from here on (``seqjax.train.run_log``), not to the console.
     """
     from seqjax import compile_cache
-    from seqjax.train import config_validation, extensions, loop, resume_check
+    from seqjax.train import config_validation, extensions, hf_start, loop, resume_check
     from seqjax.train import workdir as workdir_lib
 
     workdir = str(paths.workdir_path(workdir))  # relative, ~, symlinks: as the loop sees it
     extensions.prepare_training(config, workdir)  # config.imports (and a resumed run's)
+    hf_start.fill(config)  # init_from=hf:<folder>: its family, shape, vocabulary (or exit 2)
     config_validation.validate(config)  # exit 2 before anything is created or compiled
     compile_cache.enable_for(config)  # reuse compiled steps across runs (off: "off")
     workdir_lib.check_usable(workdir)

@@ -81,6 +81,18 @@ class Imported:
     max_len: int | None = None
 
 
+def __getattr__(name: str):
+    """``FAMILIES`` (the registered architectures' seqjax names) and ``ARCHITECTURES``
+    (``{config.json name: seqjax name}``), asked of the registry when read."""
+    if name == "FAMILIES":
+        return registry.names()
+    if name == "ARCHITECTURES":
+        return {
+            hf: registry.for_hf_config({"architectures": [hf]}).name for hf in registry.hf_names()
+        }
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def family(hf_cfg: dict, where: str = "config.json") -> str:
     """The seqjax name of the architecture that reads a ``config.json`` (one-sentence error
     naming the supported ``architectures``)."""

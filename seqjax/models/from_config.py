@@ -8,7 +8,10 @@ padding id, image shape) give a ``TransformerConfig``; the caller (the data's ta
 
 from __future__ import annotations
 
+import dataclasses
+
 from seqjax.models import memory
+from seqjax.models.encoder_decoder_config import EncoderDecoderConfig
 from seqjax.models.transformer import TransformerConfig, attention_cycle
 
 
@@ -47,7 +50,43 @@ def transformer_config(config, info, *, causal: bool, num_classes: int = 0) -> T
         pad_id=info.pad_id,
         axial_shape=tuple(getattr(info, "image_shape", None) or ()),
         **_positional_and_adaptive(m),
+        **layout_options(m),
     )
+
+
+# ``TransformerConfig``'s options for imported checkpoints, read from ``config.model.layout``
+# (``seqjax.train.hf_start`` writes it from a Hugging Face folder; absent: seqjax's layout).
+LAYOUT_FIELDS = ("norm_position", "norm_type", "norm_eps", "activation", "mlp_gated",
+                 "mlp_bias", "attention_bias", "attention_scale", "embed_scale", "embed_norm",
+                 "type_vocab_size", "position_offset")  # fmt: skip
+
+
+def layout_options(m) -> dict:
+    """``config.model.layout`` as ``TransformerConfig`` keyword arguments (unknown keys are
+    one sentence listing ``LAYOUT_FIELDS``)."""
+    layout = m.get("layout") or {}
+    layout = dict(layout.to_dict() if hasattr(layout, "to_dict") else layout)
+    unknown = sorted(set(layout) - set(LAYOUT_FIELDS))
+    if unknown:
+        raise ValueError(
+            f"model.layout.{unknown[0]} is not a layout option; valid: {', '.join(LAYOUT_FIELDS)}"
+        )
+    return layout
+
+
+def transformer_block(cfg: TransformerConfig) -> dict:
+    """The ``config.model`` fields that rebuild ``cfg`` with ``transformer_config`` (the
+    ``transformer`` family's ``block_of``): sizes, positions, output layer, dropout and
+    the layout options that differ from seqjax's own in ``layout``."""
+    block = {f: getattr(cfg, f) for f in ("num_layers", "num_heads", "d_model", "head_dim",
+             "d_ff", "max_len", "positional", "tie_embeddings", "dropout_rate",
+             "attention_dropout_rate")}  # fmt: skip
+    default = TransformerConfig(vocab_size=1)
+    block["layout"] = {f: getattr(cfg, f) for f in LAYOUT_FIELDS
+                       if getattr(cfg, f) != getattr(default, f)}  # fmt: skip
+    names = [name for name, _ in cfg.attention]
+    block["attention"] = ",".join(names)
+    return block
 
 
 def _positional_and_adaptive(m) -> dict:
@@ -62,3 +101,45 @@ def _positional_and_adaptive(m) -> dict:
             adaptive_tie_projs=a.tie_projs,
         )
     return out
+
+
+def transformer_from_needs(config, info, needs) -> TransformerConfig:
+    """The ``transformer`` family's ``build_config`` (``seqjax.models.families``): the task's
+    causality and classes, BERT's masked-LM head transform for a masked LM unless
+    ``model.mlm_head_transform=False`` (``seqjax.models.heads.MLMHead``)."""
+    cfg = transformer_config(config, info, causal=needs.causal, num_classes=needs.num_classes)
+    if needs.masked_lm and bool(config.model.get("mlm_head_transform", True)):
+        cfg = dataclasses.replace(cfg, mlm_head_transform=True)
+    return cfg
+
+
+def encoder_decoder_from_needs(config, info, needs) -> EncoderDecoderConfig:
+    """The ``encoder_decoder`` family's ``build_config``: ``model.attention``/``num_layers``
+    are the encoder's, ``decoder_attention``/``decoder_layers`` the decoder's (Vaswani et al.
+    2017 §3.1), one vocabulary (the data's) for both sides."""
+    del needs
+    m = config.model
+    options = attention_options(config)
+    decoder_attention = m.get("decoder_attention") or "dense"
+    return EncoderDecoderConfig(
+        vocab_size=int(info.vocab_size),
+        encoder_layers=int(m.num_layers),
+        decoder_layers=int(m.get("decoder_layers") or m.num_layers),
+        num_heads=m.num_heads,
+        d_model=m.d_model,
+        head_dim=m.head_dim,
+        d_ff=m.d_ff,
+        max_source_len=int(m.max_len),
+        max_target_len=int(m.max_len),
+        dropout_rate=m.dropout_rate,
+        attention_dropout_rate=m.attention_dropout_rate,
+        encoder_attention=attention_cycle(m.attention, options),
+        decoder_attention=attention_cycle(decoder_attention, options),
+        share_embeddings=bool(m.get("share_embeddings", True)),
+        tie_embeddings=m.tie_embeddings,
+        norm_position=m.get("norm_position", "post"),
+        positional=m.positional,
+        reversible=m.reversible,
+        ff_chunk_size=m.ff_chunk_size,
+        dtype=m.dtype,
+    )

@@ -59,6 +59,8 @@ class Task:
         loop's end-of-run sample ask this, never the name).
       sample_to_file: ``sample`` writes a file named by its prompt (image grids), so
         ``python -m seqjax.sample --out FILE`` passes FILE as the prompt.
+      family: the model family (``seqjax.models.registry``) trained when
+        ``config.model.family`` is "auto".
     """
 
     name: str = ""
@@ -74,6 +76,7 @@ class Task:
     length_field: str = "data.seq_len"
     generates: bool = False
     sample_to_file: bool = False
+    family: str = "transformer"
 
     def __str__(self) -> str:
         return self.name
@@ -104,17 +107,37 @@ class Task:
 
     # ---- the model -----------------------------------------------------------------------
 
+    def needs(self, config, info):
+        """What this task asks of its model (``seqjax.models.registry.Needs``): causal
+        attention per ``causal``, no classes."""
+        del config, info
+        from seqjax.models.registry import Needs
+
+        return Needs(self.name, causal=self.causal)
+
     def model_config(self, config, info):
-        """The ``TransformerConfig`` of ``config.model`` for this task's data (``info``)."""
-        raise NotImplementedError(f"task {self.name!r} defines no model_config")
+        """The config dataclass of the job's model family (``config.model.family``; "auto":
+        this task's ``family``) for this task's data (``info``)."""
+        from seqjax.models import registry
+
+        family = registry.for_config(config, self.family)
+        return family.build_config(config, info, self.needs(config, info))
 
     def make_model(self, model_cfg, *, decode: bool = False):
-        """The Flax module of ``model_cfg`` (``decode``: with a KV cache, for generation)."""
-        raise NotImplementedError(f"task {self.name!r} defines no make_model")
+        """The Flax module of ``model_cfg`` for this task (``decode``: with a KV cache, for
+        generation): its family's module for this task's name."""
+        from seqjax.models import registry
+
+        return registry.for_model_config(model_cfg).module(model_cfg, task=self, decode=decode)
 
     def build_model(self, config, model_cfg):
-        """The module that trains (default ``make_model``)."""
-        del config
+        """The module that trains: the family's ``train_module`` where it has one (a
+        recurrent model), else ``make_model``."""
+        from seqjax.models import registry
+
+        family = registry.for_model_config(model_cfg)
+        if family.train_module is not None:
+            return family.train_module(config, model_cfg, task=self)
         return self.make_model(model_cfg)
 
     def init_shapes(self, config, info) -> tuple:

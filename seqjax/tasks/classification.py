@@ -50,19 +50,11 @@ class Classification(base.Task):
             cls = int(config.data.get("max_examples_per_row", 8))
         return data_api.max_len(config.data) + cls
 
-    def model_config(self, config, info):
-        from seqjax.models import from_config
+    def needs(self, config, info):
+        """A bidirectional encoder with ``info.num_classes`` outputs."""
+        from seqjax.models.registry import Needs
 
-        return from_config.transformer_config(
-            config, info, causal=False, num_classes=int(info.num_classes)
-        )
-
-    def make_model(self, model_cfg, *, decode: bool = False):
-        from seqjax.models.transformer import TransformerClassifier
-
-        if decode:
-            raise ValueError("the classifier has no decoding mode")
-        return TransformerClassifier(model_cfg)
+        return Needs(self.name, causal=False, num_classes=int(info.num_classes))
 
     def init_shapes(self, config, info) -> tuple:
         """The padded tokens ``[1, max_len]`` (the model adds the CLS position itself)."""

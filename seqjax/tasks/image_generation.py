@@ -119,9 +119,11 @@ class ImageGeneration(base.Task):
 
     def model_config(self, config, info):
         """The causal LM's config; the sparse patterns' stride defaults to one image row."""
-        from seqjax.models import from_config, layers
+        from seqjax.models import layers
 
-        cfg = from_config.transformer_config(config, info, causal=True, num_classes=0)
+        cfg = super().model_config(config, info)
+        if not hasattr(cfg, "attention"):  # a family without per-layer mechanisms
+            return cfg
         h, w, c = info.image_shape
         cycle = []
         for name, opts in cfg.attention:
@@ -130,11 +132,6 @@ class ImageGeneration(base.Task):
                 opts["stride"] = w * c
             cycle.append((name, layers.freeze_options(opts)))
         return dataclasses.replace(cfg, attention=tuple(cycle))
-
-    def make_model(self, model_cfg, *, decode: bool = False):
-        from seqjax.models.transformer import TransformerLM
-
-        return TransformerLM(model_cfg, decode=decode)
 
     def train_metrics(self, sums, total_weight) -> dict:
         out = super().train_metrics(sums, total_weight)

@@ -92,23 +92,6 @@ class LanguageModel(base.Task):
             bad("train.xent_chunk", chunk, "None or 0 with model.adaptive or a recurrent "
                 "model.kind (their outputs are not one softmax layer)")  # fmt: skip
 
-    def model_config(self, config, info):
-        from seqjax.models import from_config
-
-        return from_config.transformer_config(config, info, causal=True, num_classes=0)
-
-    def make_model(self, model_cfg, *, decode: bool = False):
-        from seqjax.models.transformer import TransformerLM
-
-        return TransformerLM(model_cfg, decode=decode)
-
-    def build_model(self, config, model_cfg):
-        """A recurrent kind's model (Transformer-XL, with its memory), else ``TransformerLM``."""
-        from seqjax.models import memory
-
-        rec = memory.recurrence(config)
-        return rec.train_model(model_cfg, config) if rec else self.make_model(model_cfg)
-
     def apply_kwargs(self, batch) -> dict:
         """Keyword inputs of the model besides the tokens (packed rows: segments)."""
         del batch

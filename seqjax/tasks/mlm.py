@@ -81,26 +81,12 @@ class MaskedLanguageModel(base.Task):
             bad("model.mlm_head_transform", head, "False with model.adaptive.enabled=True (the "
                 "adaptive softmax is its own output layer)")  # fmt: skip
 
-    def model_config(self, config, info):
+    def needs(self, config, info):
         """The bidirectional encoder, with BERT's head transform unless
         ``model.mlm_head_transform=False`` (``seqjax.models.transformer.MLMHead``)."""
-        import dataclasses
+        from seqjax.models.registry import Needs
 
-        from seqjax.models import from_config
-
-        cfg = from_config.transformer_config(config, info, causal=False, num_classes=0)
-        head = bool(config.model.get("mlm_head_transform", True))
-        return dataclasses.replace(cfg, mlm_head_transform=head)
-
-    def make_model(self, model_cfg, *, decode: bool = False):
-        from seqjax.models.transformer import TransformerLM
-
-        if decode:
-            raise ValueError("the masked-LM encoder has no decoding mode")
-        return TransformerLM(model_cfg)
-
-    def build_model(self, config, model_cfg):
-        return self.make_model(model_cfg)
+        return Needs(self.name, causal=False, masked_lm=True)
 
     def apply(self, model, params, batch, *, rng, train: bool, memory=None):
         """Bidirectional logits ``[B, T, V]``; padding (id ``pad_id``) is hidden as keys."""

@@ -58,19 +58,12 @@ class PairClassification(base.Task):
 
         return data_api.max_len(config.data) + (1 if config.model.pooling == "cls" else 0)
 
-    def model_config(self, config, info):
-        from seqjax.models import from_config
+    def needs(self, config, info):
+        """Bidirectional towers with ``info.num_classes`` outputs (the family's pair module
+        reads this task's ``interaction``)."""
+        from seqjax.models.registry import Needs
 
-        return from_config.transformer_config(
-            config, info, causal=False, num_classes=int(info.num_classes)
-        )
-
-    def make_model(self, model_cfg, *, decode: bool = False):
-        from seqjax.models.two_tower import TwoTowerClassifier
-
-        if decode:
-            raise ValueError("the two-tower classifier has no decoding mode")
-        return TwoTowerClassifier(model_cfg, interaction=self.interaction, mlp_dim=model_cfg.d_ff)
+        return Needs(self.name, causal=False, num_classes=int(info.num_classes))
 
     def init_shapes(self, config, info) -> tuple:
         """Both documents' padded tokens ``[1, max_len]``."""

@@ -46,6 +46,7 @@ class Seq2Seq(base.Task):
                 f"batch {d.batch_size}; splits (pairs): {base.split_sizes(info)}")  # fmt: skip
 
     causal = False  # ``model.attention`` is the (bidirectional) encoder's
+    family = "encoder_decoder"
     length_field = "data.max_source_len"
     generates = True
 
@@ -108,42 +109,6 @@ class Seq2Seq(base.Task):
                 bad("model", "(the encoder-decoder)", msg)
 
     # ---- the model -----------------------------------------------------------------------
-
-    def model_config(self, config, info):
-        from seqjax.models import from_config
-        from seqjax.models.encoder_decoder import EncoderDecoderConfig
-        from seqjax.models.transformer import attention_cycle
-
-        m = config.model
-        options = from_config.attention_options(config)
-        decoder_attention = m.get("decoder_attention") or "dense"
-        return EncoderDecoderConfig(
-            vocab_size=int(info.vocab_size),
-            encoder_layers=int(m.num_layers),
-            decoder_layers=int(m.get("decoder_layers") or m.num_layers),
-            num_heads=m.num_heads,
-            d_model=m.d_model,
-            head_dim=m.head_dim,
-            d_ff=m.d_ff,
-            max_source_len=int(m.max_len),
-            max_target_len=int(m.max_len),
-            dropout_rate=m.dropout_rate,
-            attention_dropout_rate=m.attention_dropout_rate,
-            encoder_attention=attention_cycle(m.attention, options),
-            decoder_attention=attention_cycle(decoder_attention, options),
-            share_embeddings=bool(m.get("share_embeddings", True)),
-            tie_embeddings=m.tie_embeddings,
-            norm_position=m.get("norm_position", "post"),
-            positional=m.positional,
-            reversible=m.reversible,
-            ff_chunk_size=m.ff_chunk_size,
-            dtype=m.dtype,
-        )
-
-    def make_model(self, model_cfg, *, decode: bool = False):
-        from seqjax.models.encoder_decoder import EncoderDecoder
-
-        return EncoderDecoder(model_cfg, decode=decode)
 
     def init_shapes(self, config, info) -> tuple:
         """Source ``[1, S]`` and decoder inputs ``[1, T]``."""

@@ -21,6 +21,7 @@ from seqjax.attention import ring
 from seqjax.data import api as data_api
 from seqjax.data import registry as data_registry
 from seqjax.models import flops, memory
+from seqjax.models import registry as model_registry
 from seqjax.models.transformer import DTYPES, POOLINGS, POSITIONALS
 from seqjax.train import optim, sharding
 
@@ -54,13 +55,19 @@ def validate(config, *, num_devices: int | None = None, process_count: int | Non
     def bad(field: str, value, valid: str) -> None:
         errors.append(f"config.{field}={value!r} is invalid; valid: {valid}")
 
+    task = tasks.for_data_config(config.data)  # None: an unknown data set (reported)
     ctx = _Context(
         config,
         num_devices=jax.device_count() if num_devices is None else num_devices,
         process_count=jax.process_count() if process_count is None else process_count,
-        task=tasks.for_data_config(config.data),  # None: an unknown data set (reported)
+        task=task,
+        family=_family(config, task, bad),
     )
+    if ctx.family is None:  # an unknown family: its fields cannot be checked
+        raise ConfigError("invalid config:\n  - " + "\n  - ".join(errors))
     for stage in STAGES:
+        if stage in COMMON_MODEL_STAGES and not ctx.family.common_checks:
+            continue
         stage(ctx, bad, errors)
     if errors:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(errors))
@@ -74,10 +81,12 @@ class _Context:
     num_devices: int
     process_count: int
     task: object
+    family: object = None  # seqjax.models.registry.Family
 
     @property
     def names(self) -> list[str]:
-        return attention_registry.parse(self.config.model.attention)
+        """The mechanisms of ``model.attention`` (none for a family without the field)."""
+        return attention_registry.parse(self.config.model.get("attention") or "")
 
     @property
     def options(self):
@@ -86,6 +95,30 @@ class _Context:
     @property
     def known_data(self) -> bool:
         return data_registry.find(self.config.data.get("name")) is not None
+
+
+def _family(config, task, bad):
+    """The job's model family (``config.model.family``; "auto": the task's), or None after
+    reporting an unknown name; a family that does not serve the data's task is reported."""
+    default = task.family if task is not None else "transformer"
+    name = model_registry.name_of(config, default)
+    if name not in model_registry.names():
+        bad("model.family", name, ", ".join([model_registry.AUTO, *model_registry.names()]))
+        return None
+    family = model_registry.get(name)
+    if task is not None and not family.serves(task):
+        serving = [f for f in model_registry.names() if model_registry.get(f).serves(task)]
+        bad("model.family", name, f"a family that serves the {task.name!r} task of data.name="
+            f"{config.data.get('name')!r}: {', '.join([model_registry.AUTO, *serving])} "
+            f"({name!r} serves {', '.join(family.tasks)})")  # fmt: skip
+    return family
+
+
+def _family_stage(ctx, bad, errors) -> None:
+    """The family's own checks (``Family.validate``)."""
+    del errors
+    if ctx.family.validate is not None:
+        ctx.family.validate(ctx.config, bad)
 
 
 def _model_stage(ctx, bad, errors) -> None:
@@ -143,9 +176,9 @@ def _data_stage(ctx, bad, errors) -> None:
     if not ctx.known_data or ctx.task is None:
         return
     length = input_length(ctx.config)
-    if length > m.max_len:
+    if "max_len" in m and length > m.max_len:
         bad(ctx.task.length_field, length, f"<= model.max_len={m.max_len} (or raise model.max_len)")
-    if m.ff_chunk_size and length % m.ff_chunk_size:
+    if m.get("ff_chunk_size") and length % m.ff_chunk_size:
         bad("model.ff_chunk_size", m.ff_chunk_size, f"a divisor of the input length {length}")
     for name in ctx.names:
         if name not in attention_lib.names() or attention_lib.spec(name).validate is None:
@@ -180,7 +213,7 @@ def _mesh_stage(ctx, bad, errors) -> None:
         elif (d.batch_size // dp) % o.grad_accum_steps:
             bad("optimizer.grad_accum_steps", o.grad_accum_steps,
                 f"a divisor of the per-device batch {d.batch_size // dp}")  # fmt: skip
-        if tp > 1 and m.num_heads % tp:
+        if tp > 1 and m.get("num_heads") and m.num_heads % tp:
             bad("mesh.tensor", tp, f"a divisor of model.num_heads={m.num_heads}")
         if sp > 1:
             _sequence_parallel_problems(ctx, sp, tp, bad, errors)
@@ -367,6 +400,7 @@ def _positional_and_adaptive_problems(m) -> list[str]:
 
 # The stages of ``validate``, in the order their messages are listed.
 STAGES = (
+    _family_stage,
     _model_stage,
     _data_stage,
     _mesh_stage,
@@ -375,3 +409,6 @@ STAGES = (
     _kind_stage,
     _values_stage,
 )
+# Stages that read the shared Transformer fields of ``config.model``: run only for a family
+# that has them (``Family.common_checks``).
+COMMON_MODEL_STAGES = (_model_stage, _values_stage)

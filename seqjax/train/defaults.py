@@ -17,6 +17,10 @@ def model() -> ml_collections.ConfigDict:
     """``config.model`` (becomes a ``seqjax.models.TransformerConfig``; vocabulary size,
     number of classes, padding id and causality come from the data)."""
     c = ml_collections.ConfigDict()
+    # The model family (seqjax.models.registry.names(): "transformer", "encoder_decoder",
+    # ...); "auto" = the data's task's own (the encoder-decoder for translation, else the
+    # Transformer). A family's config file starts from seqjax.models.registry.model_block.
+    c.family = "auto"
     # "transformer" (seqjax.models.TransformerLM / TransformerClassifier) or "transformer_xl"
     # (seqjax.models.transformer_xl.TransformerXL, Dai et al. 2019: segment recurrence; needs
     # data.lm_batching="stream", attention="relative", positional="none").
