@@ -406,6 +406,8 @@ def _finish(job: _Job, stopped: str) -> dict:
     if t_cfg.final_eval:
         res = job.evaluator(params, "test", max_batches=t_cfg.get("test_max_batches", 0))
         writer.write(step, res, prefix="test/")
+        # Beside the figure, how much of the split it is (all of it unless test_max_batches).
+        res = {**res, **getattr(job.evaluator, "last_batches", {})}
         result["test"] = res
         with sharding.rules_and_mesh(run.mesh):
             _eval_pictures(job.config, run, params, "test", step, writer, job.workdir)
