@@ -162,11 +162,14 @@ class LanguageModel(base.Task):
 
     def flops_per_step(self, run) -> float:
         """PaLM's ``6 N T + 12 L T^2 d`` per window; a tied token table is the logits matmul."""
+        from seqjax.attention import registry as attention_registry
         from seqjax.models import flops
 
         m = run.config.model
         cycle = getattr(run.model_cfg, "attention", ())  # none: a family without attention
-        relative = any(name == "relative" for name, _ in cycle)
+        relative = any(  # Transformer-XL's relative scores over [memory; segment]
+            attention_registry.spec(name).memory_model is not None for name, _ in cycle
+        )
         tied = bool(getattr(run.model_cfg, "tie_embeddings", False))
         return flops.train_flops_per_step(
             run.model_cfg, run.abstract["params"], batch_size=run.config.data.batch_size,

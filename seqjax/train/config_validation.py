@@ -181,8 +181,12 @@ def _data_stage(ctx, bad, errors) -> None:
     if not ctx.known_data or ctx.task is None:
         return
     length = input_length(ctx.config)
-    if "max_len" in m and length > m.max_len:
-        bad(ctx.task.length_field, length, f"<= model.max_len={m.max_len} (or raise model.max_len)")
+    offset = _position_offset(m)
+    if "max_len" in m and length > m.max_len - offset:
+        bad(ctx.task.length_field, length,
+            f"<= model.max_len={m.max_len} (or raise model.max_len)" if not offset else
+            f"<= {m.max_len - offset}, the learned positions of model.max_len={m.max_len} rows "
+            f"less model.layout.position_offset={offset} (an imported RoBERTa's)")  # fmt: skip
     if m.get("ff_chunk_size") and length % m.ff_chunk_size:
         bad("model.ff_chunk_size", m.ff_chunk_size, f"a divisor of the input length {length}")
     for name in ctx.names:
@@ -193,6 +197,15 @@ def _data_stage(ctx, bad, errors) -> None:
         except ValueError as e:
             errors.append(f"config.model.attention_options.{name} with input length "
                           f"{length} (config.data.seq_len/max_len): {e}")  # fmt: skip
+
+
+def _position_offset(m) -> int:
+    """Learned-table rows before position 0 (``model.layout.position_offset``: RoBERTa's)."""
+    layout = m.get("layout") or {}
+    if m.get("positional") != "learned" or not hasattr(layout, "get"):
+        return 0
+    offset = layout.get("position_offset", 0)
+    return offset if isinstance(offset, int) and offset > 0 else 0
 
 
 def _mesh_stage(ctx, bad, errors) -> None:
