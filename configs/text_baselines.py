@@ -16,8 +16,9 @@ DAN as Iyyer et al. §4: 300-wide embeddings averaged, word dropout 0.3, ReLU la
 (2 here, of 300), Adam. Kim's CNN: widths 3/4/5 with 100 maps each, dropout 0.5.
 
 Variants (``:arg``): ``default`` (DAN), ``lstm`` (a bidirectional LSTM classifier, the
-``rnn`` family), ``smoke`` (a 2-layer 32-wide DAN on 64 pieces, 60 steps; the vocabulary is
-trained on first use, so the first run takes longer). Every field not set here is in
+``rnn`` family), ``smoke`` (a 2-layer 32-wide DAN on 64 pieces, 60 steps: 1.5 min of wall
+time, 20 CPU-seconds, under load; the vocabulary is trained on first use, so the first run
+takes longer). Every field not set here is in
 ``seqjax/train/defaults.py``, ``seqjax/data/config.py`` and
 ``seqjax.models.baselines.BaselineConfig``.
 """
