@@ -20,8 +20,9 @@ char-rnn's ``grad_clip``); the data split as ``configs/shakespeare_char.py`` (90
 their bits per character compare.
 
 Variants (``:arg``): ``default``, ``smoke`` (one 64-unit LSTM layer, 60 steps: 46 s of wall
-time, 10 CPU-seconds, on the shared 2-core machine under load; ends near 4 bits/char). Every field not set here is in ``seqjax/train/defaults.py``,
-``seqjax/data/config.py`` and ``seqjax.models.rnn.RNNConfig``.
+time, 10 CPU-seconds, on the shared 2-core machine under load; ends near 4 bits/char).
+Every field not set here is in ``seqjax/train/defaults.py``, ``seqjax/data/config.py`` and
+``seqjax.models.rnn.RNNConfig``.
 """
 
 import ml_collections
