@@ -58,7 +58,7 @@ def _transformer_train_module(config, cfg, *, task):
     rec = memory.recurrence(config)
     if rec is not None:
         return rec.train_model(cfg, config)
-    return TRANSFORMER.module(cfg, task=task)
+    return task.make_model(cfg)  # the task's own choice (its module, or the family's)
 
 
 def _encoder_decoder(cfg, *, task, decode=False):
