@@ -27,6 +27,7 @@ BUILTIN = (
     "seqjax.convert.archs.gpt2",
     "seqjax.convert.archs.t5",
     "seqjax.convert.archs.albert",
+    "seqjax.convert.archs.bert_finetune",
 )
 
 
