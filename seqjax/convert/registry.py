@@ -28,6 +28,7 @@ BUILTIN = (
     "seqjax.convert.archs.t5",
     "seqjax.convert.archs.albert",
     "seqjax.convert.archs.bert_finetune",
+    "seqjax.convert.archs.bart",
 )
 
 
