@@ -29,6 +29,7 @@ BUILTIN = (
     "seqjax.convert.archs.albert",
     "seqjax.convert.archs.bert_finetune",
     "seqjax.convert.archs.bart",
+    "seqjax.convert.archs.distilbert",
 )
 
 
