@@ -30,6 +30,7 @@ BUILTIN = (
     "seqjax.convert.archs.bert_finetune",
     "seqjax.convert.archs.bart",
     "seqjax.convert.archs.distilbert",
+    "seqjax.convert.archs.openai_gpt",
 )
 
 
