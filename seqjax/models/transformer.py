@@ -251,6 +251,7 @@ class Encoder(nn.Module):
     cfg: TransformerConfig
     causal: bool
     decode: bool = False
+    return_hidden: bool = False  # also return the hidden states (feature-based transfer)
 
     @nn.compact
     def __call__(
@@ -313,6 +314,7 @@ class Encoder(nn.Module):
         # The hidden states (embedding, then each block's output) for feature-based transfer
         # (Devlin et al. 2019 §5.3): kept only when "intermediates" is mutable.
         self.sow("intermediates", "hidden_states", x_BTE)
+        hidden = [x_BTE]
         if cfg.reversible:
             from seqjax.models import reversible  # optional module (Reformer)
 
@@ -330,9 +332,10 @@ class Encoder(nn.Module):
                     x_BTE, mask_BS, segment_ids, deterministic, shared.get(cfg.layer_attention(i))
                 )
                 self.sow("intermediates", "hidden_states", x_BTE)
-        if cfg.norm_position == "post":  # each layer already ends with a norm
-            return x_BTE, embed
-        return layers.norm(name="ln_final", cfg=cfg)(x_BTE), embed
+                hidden.append(x_BTE)
+        if cfg.norm_position == "pre":  # a post-LN layer already ends with a norm
+            x_BTE = layers.norm(name="ln_final", cfg=cfg)(x_BTE)
+        return (x_BTE, embed, tuple(hidden)) if self.return_hidden else (x_BTE, embed)
 
 
 def adaptive_embedding(cfg) -> adaptive_lib.AdaptiveSoftmax:

@@ -122,3 +122,54 @@ def test_token_heads_import_and_export(arch, tmp_path):
     params = _moved(imp.params)
     convert.save(tmp_path / "out", imp.arch, imp.config, params)
     hf.assert_close(ours(params), theirs(cls.from_pretrained(str(tmp_path / "out")).eval()))
+
+
+def test_feature_tagger_features_and_frozen_encoder(pretraining):
+    """The tagger's features are BERT's hidden states (concatenated / scalar-mixed, as
+    ``BertModel(output_hidden_states=True)`` gives them), and with ``freeze`` an optax step
+    moves the head only."""
+    import jax
+    import optax
+
+    from seqjax.models import feature_transfer as ft
+
+    model, imp = pretraining
+    ids, types = _inputs()
+    with torch.no_grad():
+        theirs = model.bert(input_ids=_torch(ids), token_type_ids=_torch(types),
+                            output_hidden_states=True).hidden_states  # fmt: skip
+    theirs = [h.numpy() for h in theirs]
+    tagger = ft.FeatureTagger(imp.config, num_classes=5, how="concat", last=3)
+    fresh = tagger.init(jax.random.key(0), jnp.asarray(ids))["params"]
+    params = {**fresh, "encoder": imp.params["encoder"]}  # the pre-trained encoder
+    feats = jax.jit(lambda p: tagger.apply({"params": p}, jnp.asarray(ids),
+                                           token_types_BT=jnp.asarray(types), features=True))(
+        params
+    )  # fmt: skip
+    hf.assert_close(feats, np.concatenate(theirs[-3:], -1))
+    mixer = ft.FeatureTagger(imp.config, num_classes=5, how="scalar_mix", last=3)
+    w = np.array([0.3, -1.0, 0.5], np.float32)
+    mix_params = {**params, "scalar_mix": {"weights": w, "gamma": np.float32(1.5)}}
+    mixed = jax.jit(lambda p: mixer.apply({"params": p}, jnp.asarray(ids),
+                                          token_types_BT=jnp.asarray(types), features=True))(
+        mix_params
+    )  # fmt: skip
+    s = np.exp(w) / np.exp(w).sum()  # ELMo eq. 1
+    hf.assert_close(mixed, 1.5 * sum(s[j] * theirs[-3 + j] for j in range(3)))
+
+    tx = ft.freeze(optax.adam(1e-2), params)
+    state = tx.init(params)
+
+    def loss(p):
+        return jnp.mean(tagger.apply({"params": p}, jnp.asarray(ids)) ** 2)
+
+    grads = jax.jit(jax.grad(loss))(params)
+    assert any(float(jnp.abs(g).max()) > 0 for g in jax.tree.leaves(grads["encoder"]))
+    new = jax.jit(lambda g, st, p: optax.apply_updates(p, tx.update(g, st, p)[0]))(
+        grads, state, params
+    )
+    same = jax.tree.map(lambda a, b: bool(np.array_equal(a, b)), new["encoder"], params["encoder"])
+    assert all(jax.tree.leaves(same))
+    assert not np.array_equal(new["head"]["kernel"], params["head"]["kernel"])
+    with pytest.raises(ValueError, match="no 'backbone' subtree"):
+        ft.freeze(optax.adam(1e-2), params, frozen=("backbone",))
