@@ -96,7 +96,9 @@ def format_metrics(res: dict) -> str:
 
 def _per_layer(spec: str, num_layers: int, options: dict) -> str:
     """``window(window=8) x 2`` or ``0: lsh, 1: dense, 2: lsh`` (the per-layer cycle)."""
-    cycle = [n.strip() for n in str(spec).split(",") if n.strip()]
+    from seqjax.attention import registry as attention_registry
+
+    cycle = attention_registry.parse(spec)
 
     def show(name):
         opts = options.get(name) or {}
@@ -129,6 +131,13 @@ def set_command_line(argv: list[str]) -> None:
     _COMMAND_LINE = list(argv)
 
 
+def typed_fields(argv: list[str] | None = None) -> set[str]:
+    """The config fields typed on the command line (``--config.model.d_model=64`` gives
+    ``model.d_model``), of ``argv`` or the recorded command line."""
+    argv = (_COMMAND_LINE or []) if argv is None else argv
+    return {a.split("=", 1)[0][len("--config.") :] for a in argv[1:] if a.startswith("--config.")}
+
+
 def _output_layer(m, info) -> str:
     """The model's output layer: a classifier head, an adaptive softmax with its cutoffs, or
     a (tied) softmax over the vocabulary."""
@@ -157,6 +166,8 @@ def run_header(config, run, workdir, *, start_step: int, num_params: int, argv=N
     overrides = [a.split("=", 1)[0][2:] for a in argv[1:] if a.startswith("--config.")]
     n = len(overrides)
     m, t = config.model, config.train
+    if "attention" not in m:  # a family without attention layers (seqjax.models.registry)
+        return _family_header(config, run, workdir, start_step, num_params, config_file, n)
     options = from_config.attention_options(config)
     layers = _per_layer(m.attention, int(m.num_layers), options)
     dec_layers = getattr(getattr(run.model, "cfg", None), "decoder_layers", None)
@@ -189,6 +200,27 @@ def run_header(config, run, workdir, *, start_step: int, num_params: int, argv=N
         mods = ", ".join(prov["imports"]) or "-"
         regs = ", ".join(f"{n} from {mod}" for n, mod in outside.items())
         rows.append(("imports", mods + (f" ({regs})" if regs else "")))
+    return "\n".join(["seqjax run"] + [f"  {k:<10} {v}" for k, v in rows])
+
+
+def _family_header(config, run, workdir, start_step, num_params, config_file, n) -> str:
+    """The header of a model family without the Transformer's fields: its config's fields."""
+    import dataclasses
+
+    t, cfg = config.train, getattr(run.model, "cfg", None)
+    fields = dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else {}
+    shown = ", ".join(f"{k} {v}" for k, v in fields.items() if k != "vocab_size")
+    start = "from scratch" if not start_step else f"resumed at step {start_step}"
+    mesh = " x ".join(f"{k}={v}" for k, v in dict(run.mesh.shape).items())
+    rows = [
+        ("config", config_file + (f" + {n} override{'s' if n != 1 else ''}" if n else "")),
+        ("task", f"{run.task.name} ({type(run.task).__module__})"),
+        ("model", f"{config.model.get('family')}: {shown}, {num_params:,} parameters"),
+        ("data", run.task.describe_data(config, run.info)),
+        ("steps", f"{t.num_steps:,} ({start})"),
+        ("mesh", f"{mesh} ({run.mesh.devices.size} devices)"),
+        ("workdir", str(workdir)),
+    ]
     return "\n".join(["seqjax run"] + [f"  {k:<10} {v}" for k, v in rows])
 
 

@@ -112,10 +112,6 @@ def terminated_message(phase: str, workdir: str | None) -> str:
     )
 
 
-# Kernelized attention: no attention matrix, hence no attention dropout (config validation).
-KERNELIZED = ("performer", "linear")
-
-
 def fit_attention_dropout(config, argv) -> bool:
     """Gives kernelized layers the attention dropout they take: when the model uses
     performer or linear attention (Choromanski et al. 2021; Katharopoulos et al. 2020),
@@ -124,6 +120,7 @@ def fit_attention_dropout(config, argv) -> bool:
     (LRA's own code runs these mechanisms with the dense configs, its fast attention
     ignoring the rate). A rate given on the command line is kept, and validation refuses it.
     Returns True when it changed the config (logged)."""
+    from seqjax.attention import registry as attention_registry
     from seqjax.train import extensions
 
     m = config.get("model")
@@ -131,7 +128,11 @@ def fit_attention_dropout(config, argv) -> bool:
         return False
     if any(a.startswith("--config.model.attention_dropout_rate") for a in argv):
         return False
-    kernelized = [n for n in extensions.mechanism_names(config) if n in KERNELIZED]
+    kernelized = [
+        n
+        for n in extensions.mechanism_names(config)
+        if attention_registry.capable(n, "attention_dropout", False)
+    ]
     if not kernelized:
         return False
     logging.info(
@@ -150,11 +151,12 @@ def train(config, workdir: str, *, log_file: bool = False) -> dict:
     from here on (``seqjax.train.run_log``), not to the console.
     """
     from seqjax import compile_cache
-    from seqjax.train import config_validation, extensions, loop, resume_check
+    from seqjax.train import config_validation, extensions, hf_start, loop, resume_check
     from seqjax.train import workdir as workdir_lib
 
     workdir = str(paths.workdir_path(workdir))  # relative, ~, symlinks: as the loop sees it
     extensions.prepare_training(config, workdir)  # config.imports (and a resumed run's)
+    hf_start.fill(config)  # init_from=hf:<folder>: its family, shape, vocabulary (or exit 2)
     config_validation.validate(config)  # exit 2 before anything is created or compiled
     compile_cache.enable_for(config)  # reuse compiled steps across runs (off: "off")
     workdir_lib.check_usable(workdir)

@@ -353,6 +353,13 @@ _DOCS = {
 for _name, _fn in (("dense", dense_attention), ("causal", causal_attention)):
     registry.register(
         registry.Mechanism(
-            name=_name, fn=_fn, options=("implementation", "block_q", "block_k"), doc=_DOCS[_name]
+            name=_name,
+            fn=_fn,
+            options=("implementation", "block_q", "block_k"),
+            doc=_DOCS[_name],
+            always_causal=_name == "causal",
+            decode_cache="kv",
+            context_parallel="ring",
+            kernels=(("gpu", ("cudnn", "pallas", "tokamax")), ("tpu", ("splash",))),
         )
     )

@@ -369,6 +369,11 @@ def _validator(kind: str):
     return validate
 
 
+def _fixed_period(options: dict, row_len) -> int:
+    """The fixed pattern's summary columns sit at absolute multiples of its stride."""
+    return int(options.get("stride") or auto_stride(row_len()))
+
+
 for _fn, _kind, _doc in (
     (sparse_strided, "strided", "Sparse Transformer strided pattern (Child et al. 2019, §4.2)"),
     (sparse_fixed, "fixed", "Sparse Transformer fixed pattern (Child et al. 2019, §4.3)"),
@@ -380,5 +385,9 @@ for _fn, _kind, _doc in (
             options=OPTIONS,
             validate=_validator(_kind),
             doc=f"{_doc}; blocksparse | masked",
+            packing_period=_fixed_period if _kind == "fixed" else None,
+            stride_option="stride",
+            decode_cache="pattern",
+            context_parallel="ring_sparse",
         )
     )

@@ -67,6 +67,8 @@ class Imported:
       unused: Hugging Face tensors the model has no place for (e.g. BERT's pooler).
       initialized: seqjax parameter trees the file has no tensors for, initialised (seed 0):
         a bare ``BertModel``'s masked-LM head.
+      max_len: the longest input the model takes (``Architecture.max_length``: an imported
+        RoBERTa's 128 of its 130 position rows, the first 2 sitting before position 0).
     """
 
     arch: str
@@ -76,6 +78,7 @@ class Imported:
     hf_config: dict
     unused: list
     initialized: list = dataclasses.field(default_factory=list)
+    max_len: int | None = None
 
 
 def family(hf_cfg: dict, where: str = "config.json") -> str:
@@ -133,7 +136,8 @@ def load(path, *, max_len: int | None = None) -> Imported:
     unused = sorted(set(tensors) - used)
     if unused:
         logging.info("convert.load(%s): %d tensors unused, e.g. %s", path, len(unused), unused[0])
-    return Imported(arch.name, cfg, model, params, hf_cfg, unused, sorted(absent))
+    return Imported(arch.name, cfg, model, params, hf_cfg, unused, sorted(absent),
+                    arch.max_length(cfg))  # fmt: skip
 
 
 def _without_absent_optional(arch, rs, tensors, abstract):

@@ -42,16 +42,37 @@ class HFTokenizer:
             self.vocab_size = self._tok.get_piece_size()
             ids = {s: self._tok.piece_to_id(s) for s in ("<pad>", "<mask>")}
             ids = {s: (i if self._tok.id_to_piece(i) == s else None) for s, i in ids.items()}
+            self._around = _special_pieces(p, self._tok)
         self.pad_id = _first(ids, special.get("pad_token"), "[PAD]", "<pad>")
         self.mask_id = _first(ids, special.get("mask_token"), "[MASK]", "<mask>")
 
     def encode(self, text: str) -> list[int]:
-        if self.kind == "tokenizers":
+        if self.kind == "tokenizers":  # its post-processor adds the special tokens
             return list(self._tok.encode(text).ids)
-        return list(self._tok.encode(text))
+        before, after = self._around
+        return [*before, *self._tok.encode(text), *after]
 
     def decode(self, ids) -> str:
         return self._tok.decode([int(i) for i in ids])
+
+
+def _special_pieces(folder: Path, spm) -> tuple[list[int], list[int]]:
+    """The ids a SentencePiece-only folder's tokenizer puts around one text, as its
+    architecture declares them (``convert.registry.Architecture.spm_prefix/spm_suffix``: T5's
+    ``</s>`` after it, as ``T5Tokenizer`` appends); none without a ``config.json`` naming a
+    registered architecture."""
+    from seqjax.convert import registry
+
+    try:
+        arch = registry.for_hf_config(json.loads((folder / "config.json").read_text()))
+    except (OSError, ValueError):
+        return [], []
+
+    def ids(pieces):
+        found = [(piece, spm.piece_to_id(piece)) for piece in pieces]
+        return [i for piece, i in found if spm.id_to_piece(i) == piece]
+
+    return ids(arch.spm_prefix), ids(arch.spm_suffix)
 
 
 def _first(ids: dict, preferred, *names):

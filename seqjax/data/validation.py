@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numbers
 
-from seqjax.data import objectives, packing, registry, subword
+from seqjax.data import hf_vocab, objectives, packing, registry, subword
 
 
 def _is_int(x) -> bool:
@@ -18,7 +18,16 @@ def _is_int(x) -> bool:
 
 def _vocab_problems(cfg, ds, bad) -> None:
     vocab = cfg.get("vocab")
-    if vocab not in registry.VOCABS:
+    if hf_vocab.is_hf(vocab):  # a Hugging Face folder's tokenizer (seqjax.data.hf_vocab)
+        if hf_vocab.KIND not in ds.vocabs:
+            valid = " or ".join(repr(v) for v in ds.vocabs if v != hf_vocab.KIND)
+            bad("vocab", vocab, f"{valid} for {ds.name} (it cannot read a Hugging Face "
+                "tokenizer's ids)")  # fmt: skip
+        elif problem := hf_vocab.folder_problem(vocab):
+            bad("vocab", vocab, f"'hf:<folder>' naming a Hugging Face folder with its tokenizer "
+                f"({problem})")  # fmt: skip
+        return
+    if vocab not in registry.VOCABS or vocab == hf_vocab.KIND:
         bad("vocab", vocab, " or ".join(repr(v) for v in registry.VOCABS))
     elif vocab == "words" and "words" not in ds.vocabs:
         corpora = ", ".join(registry.names("corpus"))

@@ -16,6 +16,7 @@ import jax
 
 from seqjax import attention as attention_lib
 from seqjax import tasks
+from seqjax.attention import registry as attention_registry
 from seqjax.attention import ring
 from seqjax.data import api as data_api
 from seqjax.data import registry as data_registry
@@ -27,10 +28,6 @@ from seqjax.train import optim, sharding
 
 class ConfigError(ValueError):
     """A config field is wrong; the message names each bad field and the valid values."""
-
-
-def _mechanism_names(spec: str) -> list[str]:
-    return [n.strip() for n in str(spec).split(",") if n.strip()]
 
 
 def input_length(config) -> int:
@@ -89,7 +86,7 @@ class _Context:
     @property
     def names(self) -> list[str]:
         """The mechanisms of ``model.attention`` (none for a family without the field)."""
-        return _mechanism_names(self.config.model.get("attention") or "")
+        return attention_registry.parse(self.config.model.get("attention") or "")
 
     @property
     def options(self):
@@ -164,7 +161,7 @@ def _model_stage(ctx, bad, errors) -> None:
     for field in ("dropout_rate", "attention_dropout_rate"):
         if not 0.0 <= m[field] < 1.0:
             bad(f"model.{field}", m[field], "0 <= rate < 1")
-    kernelized = [n for n in ctx.names if n in ("performer", "linear")]
+    kernelized = [n for n in ctx.names if attention_registry.capable(n, "attention_dropout", False)]
     if kernelized and m.attention_dropout_rate:
         bad("model.attention_dropout_rate", m.attention_dropout_rate,
             f"0 with model.attention {kernelized[0]!r} (a kernelized attention has no "
@@ -231,15 +228,17 @@ def _mesh_stage(ctx, bad, errors) -> None:
 def _sequence_parallel_problems(ctx, sp: int, tp: int, bad, errors) -> None:
     m, names = ctx.config.model, ctx.names
     errors.extend(
-        f"config.mesh.sequence={sp}: {why}" for why in filter(None, map(ring.refusal, names))
+        f"config.mesh.sequence={sp}: {why}"
+        for why in filter(None, map(attention_registry.context_parallel_refusal, names))
     )
     length = input_length(ctx.config) if ctx.known_data else 0
-    if "linformer" in names and length % sp:
-        bad("mesh.sequence", sp, f"a divisor of the input length {length} (linformer)")
+    for name in dict.fromkeys(names):  # run as they are: the shards must split the length
+        if attention_registry.capable(name, "context_parallel", "sharded") and length % sp:
+            bad("mesh.sequence", sp, f"a divisor of the input length {length} ({name})")
     errors.extend(f"config.mesh.sequence={sp}: {why}" for why in
                   ring.sparse_config_problems(names, length=length, n=sp,
                                               positional=m.positional))  # fmt: skip
-    for name in (nm for nm in names if nm in ring.RING_MECHANISMS):
+    for name in (nm for nm in names if attention_registry.capable(nm, "context_parallel", "ring")):
         impl = dict(ctx.options.get(name, {}) or {}).get("implementation", "auto")
         errors.extend(f"config.mesh.sequence={sp} with config.model.attention_options."
                       f"{name}.implementation={impl!r}: {why}"
@@ -363,7 +362,7 @@ def _values_stage(ctx, bad, errors: list) -> None:
     heads = m.num_heads
     head_dim = m.head_dim or m.d_model // heads
     causal = task.causal
-    for name in dict.fromkeys(_mechanism_names(m.attention)):
+    for name in dict.fromkeys(attention_registry.parse(m.attention)):
         mech = attention_lib.spec(name)
         if mech.module_params or mech.model_params or mech.shared_qk:
             continue  # those check their option values with their own validate hook

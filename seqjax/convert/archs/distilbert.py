@@ -122,6 +122,6 @@ DISTILBERT = registry.register(
         make_model=encoders.make_model,
         prefix_anchor="embeddings.word_embeddings.weight",
         optional=("mlm_head",),
-        family="transformer_lm",
+        family="transformer",
     )
 )
