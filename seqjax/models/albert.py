@@ -182,6 +182,18 @@ def albert_from_needs(config, info, needs) -> AlbertConfig:
     )  # fmt: skip
 
 
+FROM_DATA = ("vocab_size", "pad_id", "axial_shape", "causal", "num_classes")
+
+
+def albert_block(cfg: AlbertConfig) -> dict:
+    """The ``config.model`` fields that rebuild ``cfg`` with ``albert_from_needs`` (the
+    family's ``block_of``: ``config.init_from=hf:<an ALBERT folder>``)."""
+    skip = set(FROM_DATA) | {"attention", "adaptive"}
+    block = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in skip}
+    block["attention"] = ",".join(name for name, _ in cfg.attention)
+    return block
+
+
 def _masked_lm(cfg, *, task, decode=False):
     del task
     if decode:
@@ -199,8 +211,9 @@ def _register():
             config_class=AlbertConfig,
             build_config=albert_from_needs,
             modules={"mlm": _masked_lm},
-            from_data=("vocab_size", "pad_id", "axial_shape", "causal", "num_classes"),
+            from_data=FROM_DATA,
             hf_architectures=("AlbertForPreTraining", "AlbertForMaskedLM", "AlbertModel"),
+            block_of=albert_block,
         )
     )
 

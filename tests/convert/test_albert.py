@@ -134,3 +134,18 @@ def test_masked_lm_checkpoint_has_no_pair_head(tmp_path):
 def test_bad_config_names_the_field(field, value):
     with pytest.raises(ValueError, match=f"model.{field}="):
         AlbertConfig(vocab_size=hf.V, num_layers=3, **{field: value})
+
+
+def test_block_of_rebuilds_the_config(pretrained):
+    """``config.init_from=hf:<folder>`` fills ``config.model`` with ``block_of``; the family's
+    ``build_config`` then gives back the imported config."""
+    import ml_collections
+
+    from seqjax.models import registry
+
+    _, imp = pretrained
+    family = registry.get("albert")
+    block = registry.model_block("albert", **family.block_of(imp.config))
+    config = ml_collections.ConfigDict({"model": block})
+    info = type("Info", (), {"vocab_size": imp.config.vocab_size, "pad_id": imp.config.pad_id})
+    assert family.build_config(config, info, None) == imp.config
