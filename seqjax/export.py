@@ -14,14 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
-from pathlib import Path
 
 from absl import app, flags
-
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                   "vocab.txt", "vocab.json", "merges.txt", "spiece.model",
-                   "sentencepiece.bpe.model", "generation_config.json")  # fmt: skip
 
 
 def export(workdir: str, folder: str, *, arch: str | None = None, step: int | None = None):
@@ -41,7 +35,8 @@ def export(workdir: str, folder: str, *, arch: str | None = None, step: int | No
         if not hf_start.is_hf(source):
             raise ValueError(
                 f"--arch is needed: the run in {workdir} did not start from a Hugging Face "
-                f"folder (config.init_from={source!r}); valid: {', '.join(convert.registry.names())}"
+                f"folder (config.init_from={source!r}); valid: "
+                f"{', '.join(convert.registry.names())}"
             )
         arch, _ = hf_start.imported_config(source)
     run, state, _ = setup.restore_latest(workdir, step=step)
@@ -50,13 +45,9 @@ def export(workdir: str, folder: str, *, arch: str | None = None, step: int | No
         # an LM's data has no padding: the checkpoint's own pad id goes back unchanged
         pad = getattr(hf_start.imported_config(source)[1], "pad_id", None)
         model_cfg = dataclasses.replace(model_cfg, pad_id=pad)
-    out = convert.save(folder, arch, model_cfg, state["params"])
-    if hf_start.is_hf(source):  # the tokenizer the run read its ids with
-        src = hf_start.folder_of(source)
-        for name in TOKENIZER_FILES:
-            if (src / name).is_file() and not (Path(out) / name).exists():
-                shutil.copyfile(src / name, Path(out) / name)
-    return out
+    src = hf_start.folder_of(source) if hf_start.is_hf(source) else None
+    # the source folder's special token ids, tokenizer files and generation config go along
+    return convert.save(folder, arch, model_cfg, state["params"], source=src)
 
 
 def main(argv):

@@ -28,7 +28,7 @@ tasks
 console
 train
 configs
-main evaluate sample translate
+main evaluate sample translate export
 """
 
 

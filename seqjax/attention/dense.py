@@ -268,6 +268,7 @@ def dense_attention(q, k, v, *, implementation="auto", block_q=None, block_k=Non
         return fn(q, k, v, block_q=chunk_q, block_k=chunk_k, **kwargs)
     if implementation == "auto":
         implementation = auto_implementation(q, k, v, **kwargs)
+        registry.note_auto(implementation)
     if implementation == "reference":
         return reference_attention(q, k, v, **kwargs)
     if implementation == "chunked":

@@ -307,6 +307,8 @@ def flex_attention(
             raise ValueError(
                 "flex implementation 'splash' takes a pattern or mask_fn, not a block_mask"
             )
+        if implementation == "auto":
+            registry.note_auto("splash")
         return splash.splash_attention(
             q, k, v, head_fns=splash_fn, dropout_rate=dropout_rate, **common
         )
@@ -323,6 +325,10 @@ def flex_attention(
             raise ValueError(f"flex implementation='pallas': {why}")
         else:
             _log_kernel_fallback(why)
+    if implementation == "auto":
+        registry.note_auto(
+            "pallas" if engine is not blockwise.blockwise_attention else "blocksparse"
+        )
     table, count, _ = block_table(mask_fn if key is None else None, key, t, s, bs, bs, causal,
                                   offset)  # fmt: skip
     if score_mod is not None:

@@ -31,9 +31,12 @@ one parse of a mechanism list (``"lsh, dense"``) is ``parse``.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 from collections.abc import Callable
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
 
@@ -170,8 +173,17 @@ def find(name) -> Mechanism | None:
 
 
 def get(name: str) -> Callable[..., Any]:
-    """The attention function registered under ``name``."""
-    return spec(name).fn
+    """The attention function registered under ``name``; a keyword it does not take (a
+    misspelled option) raises ``check_options``' ``ValueError`` listing the valid ones."""
+    mech = spec(name)
+    own = inspect.signature(mech.fn).parameters  # hooks' extras (module_params) included
+
+    @functools.wraps(mech.fn)
+    def checked(*args, **kwargs):
+        check_options(name, {k: v for k, v in kwargs.items() if k not in own})
+        return mech.fn(*args, **kwargs)
+
+    return checked
 
 
 def describe() -> str:
@@ -285,3 +297,30 @@ def capable(name, capability: str, value=True) -> bool:
 def having(capability: str, value=True) -> list[str]:
     """Sorted names of the mechanisms whose ``capability`` field equals ``value``."""
     return [n for n in names() if capable(n, capability, value)]
+
+
+# What ``implementation="auto"`` chose, noted by a mechanism while it is traced (``note_auto``)
+# and read by ``resolve_auto`` (the run header prints it; nothing compiles).
+_AUTO_NOTES: list[str] | None = None
+
+
+def note_auto(choice: str) -> None:
+    """Called by a mechanism whose ``implementation="auto"`` resolved to ``choice`` (a no-op
+    unless ``resolve_auto`` is tracing it)."""
+    if _AUTO_NOTES is not None:
+        _AUTO_NOTES.append(choice)
+
+
+def resolve_auto(name: str, q, k, v, **options) -> str | None:
+    """What mechanism ``name`` with ``options`` (``implementation="auto"``) runs on this
+    backend for inputs shaped like ``q, k, v`` (arrays or ``jax.ShapeDtypeStruct``), traced
+    abstractly; None when it notes no choice or cannot be called on bare inputs."""
+    global _AUTO_NOTES
+    _AUTO_NOTES = []
+    try:
+        jax.eval_shape(lambda *qkv: spec(name).fn(*qkv, **options), q, k, v)
+    except Exception:  # noqa: BLE001 - a mechanism needing its module's parameters
+        return None
+    finally:
+        notes, _AUTO_NOTES = _AUTO_NOTES, None
+    return notes[0] if notes else None

@@ -323,6 +323,7 @@ def sparse_attention(
         splash_ok = dropout_rate == 0.0 and score_mod is None
         kernel = {"gpu": "pallas", "tpu": "splash" if splash_ok else None}.get(backend)
         opts["implementation"] = kernel or "blocksparse"
+        registry.note_auto(opts["implementation"])
     if opts["implementation"] == "splash":
         layout = patterns.head_layout(
             kind, h, opts["stride"], opts["c"], head_mode=opts["head_mode"],

@@ -1,7 +1,7 @@
 """A Hugging Face folder's tokenizer as the data vocabulary, so the ids the model was
-trained on reach it: ``tokenizer.json`` through the ``tokenizers`` package (``pip install
-tokenizers``; in the ``test`` extra), else a SentencePiece model (``spiece.model``, T5;
-``sentencepiece.bpe.model``) through ``sentencepiece``.
+trained on reach it: ``tokenizer.json`` through the ``tokenizers`` package (a dependency
+of seqjax: ``pip install -e .`` installs it), else a SentencePiece model (``spiece.model``,
+T5; ``sentencepiece.bpe.model``) through ``sentencepiece``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,14 @@ class HFTokenizer:
         if (p / "tokenizer_config.json").is_file():
             special = json.loads((p / "tokenizer_config.json").read_text())
         if (p / "tokenizer.json").is_file():
-            from tokenizers import Tokenizer
+            try:
+                from tokenizers import Tokenizer
+            except ImportError:
+                raise ImportError(
+                    f"reading {p / 'tokenizer.json'} needs the tokenizers package, a seqjax "
+                    "dependency: install seqjax with pip install -e . (or pip install "
+                    '"tokenizers>=0.22.1,<1")'
+                ) from None
 
             self._tok = Tokenizer.from_file(str(p / "tokenizer.json"))
             self.kind = "tokenizers"

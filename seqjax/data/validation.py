@@ -88,6 +88,10 @@ def config_problems(cfg) -> list[tuple[str, object, str]]:
         bad("max_len", cfg.max_len, "None/0 (the data set's default) or a positive integer")
     if not _is_int(cfg.get("seed")) or not 0 <= cfg.seed < 2**32:
         bad("seed", cfg.get("seed"), "an integer 0 <= seed < 2**32")
-    for field, value, valid in objectives.mlm_problems(cfg) + packing.problems(cfg):
+    # Packing is judged against a valid objective only (an unknown one has its own line).
+    known = (cfg.get("objective") or "") in objectives.OBJECTIVES
+    for field, value, valid in objectives.mlm_problems(cfg) + (
+        packing.problems(cfg) if known else []
+    ):
         bad(field, value, valid)
     return problems

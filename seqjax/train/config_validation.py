@@ -15,7 +15,7 @@ import numbers
 import jax
 
 from seqjax import attention as attention_lib
-from seqjax import tasks
+from seqjax import compile_cache, tasks
 from seqjax.attention import registry as attention_registry
 from seqjax.attention import ring
 from seqjax.data import api as data_api
@@ -51,8 +51,12 @@ def validate(config, *, num_devices: int | None = None, process_count: int | Non
       process_count: processes (default ``jax.process_count()``).
     """
     errors: list[str] = []
+    reported: set[tuple[str, str]] = set()
 
     def bad(field: str, value, valid: str) -> None:
+        if (field, repr(value)) in reported:  # once (a task's model probe meets it again)
+            return
+        reported.add((field, repr(value)))
         errors.append(f"config.{field}={value!r} is invalid; valid: {valid}")
 
     task = tasks.for_data_config(config.data)  # None: an unknown data set (reported)
@@ -127,9 +131,10 @@ def _model_stage(ctx, bad, errors) -> None:
     valid_names = ", ".join(attention_lib.names())
     if not ctx.names:
         bad("model.attention", m.attention, f"a name or comma-separated cycle of: {valid_names}")
-    for name in ctx.names:
-        if name not in attention_lib.names():
-            bad("model.attention", m.attention, f"names from: {valid_names} (unknown {name!r})")
+    unknown = [name for name in ctx.names if name not in attention_lib.names()]
+    if unknown:
+        listed = ", ".join(map(repr, dict.fromkeys(unknown)))
+        bad("model.attention", m.attention, f"names from: {valid_names} (unknown {listed})")
     for key in ctx.options:
         if key not in attention_lib.names():
             bad(f"model.attention_options.{key}", "...", f"a mechanism name: {valid_names}")
@@ -286,6 +291,12 @@ def _train_stage(ctx, bad, errors) -> None:
         bad("train.log_every", t.log_every, "a positive integer")
     if not isinstance(t.max_to_keep, int) or t.max_to_keep < 1:
         bad("train.max_to_keep", t.max_to_keep, "a positive integer")
+    chunk = t.get("xent_chunk")  # every task, whether or not its loss reads it (LM: again)
+    if chunk is not None and (not _is_int(chunk) or chunk < 0):
+        bad("train.xent_chunk", chunk, "None (auto), 0 (plain logits) or tokens per chunk > 0")
+    cache_problem = compile_cache.setting_problem(t.get("compilation_cache", "auto"))
+    if cache_problem:
+        bad("train.compilation_cache", t.get("compilation_cache"), cache_problem)
     try:
         flops.parse_profile_steps(t.get("profile_steps", ""))
     except ValueError as e:

@@ -352,7 +352,7 @@ def _train(job: _Job) -> str:
                 if profile and job.step + 1 == profile[0]:
                     jax.profiler.start_trace(profile_dir)
                     tracing = True
-                job.state, m = job.train_step(job.state, batch)
+                job.state, m = sharding.settle(job.train_step(job.state, batch))  # see there
                 job.step += 1
                 if tracing and job.step + 1 == profile[1]:
                     jax.block_until_ready(m)
@@ -367,6 +367,7 @@ def _train(job: _Job) -> str:
                     _evaluate(job)
             job.save(job.step)
         job.ckpt.wait()
+        stopped = "preempted" if flag.local else stopped  # SIGTERM in the last save: no eval
     finally:
         if tracing:  # the run stopped inside the traced steps
             jax.profiler.stop_trace()
@@ -406,6 +407,8 @@ def _finish(job: _Job, stopped: str) -> dict:
     if t_cfg.final_eval:
         res = job.evaluator(params, "test", max_batches=t_cfg.get("test_max_batches", 0))
         writer.write(step, res, prefix="test/")
+        # Beside the figure, how much of the split it is (all of it unless test_max_batches).
+        res = {**res, **getattr(job.evaluator, "last_batches", {})}
         result["test"] = res
         with sharding.rules_and_mesh(run.mesh):
             _eval_pictures(job.config, run, params, "test", step, writer, job.workdir)

@@ -51,7 +51,8 @@ def _main(tmp_path, *flags, config="configs/char_lm.py:smoke", warmup=0):
            f"--config.optimizer.warmup_steps={warmup}",
            "--config.train.eval_every=0", "--config.train.checkpoint_every=0",
            "--config.train.sample_length=0", "--config.train.test_max_batches=1",
-           "--config.train.log_every=1", *flags]  # fmt: skip
+           "--config.train.log_every=1", "--config.model.dropout_rate=0",
+           "--config.model.attention_dropout_rate=0", *flags]  # fmt: skip
     return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
 
 
@@ -78,6 +79,7 @@ def test_gpt2_folder_trains_from_the_command_line(tmp_path):
     assert saved["model"]["family"] == "transformer"
     assert saved["model"]["d_model"] == hf.E and saved["model"]["num_layers"] == hf.LAYERS
     assert saved["data"]["vocab"] == f"hf:{folder}"
+    assert saved["model"]["dropout_rate"] == 0.0  # typed: a training choice, not a shape
     record = json.loads((tmp_path / "work" / "init_from.json").read_text())
     assert record["new"] == [] and len(record["loaded"]) > 0
     batch = _first_batch(tmp_path / "work")
@@ -151,7 +153,7 @@ def test_bert_folder_fine_tunes_on_imdb_from_the_command_line(tmp_path):
     config.mesh.update(data=1, fsdp=1, tensor=1)
     run = setup.build(config, validate=False)
     state = hf_start.params(run, config.init_from)
-    p = {k: np.asarray(v) for k, v in _flat(state["params"]).items()}
+    p = {k: np.array(v) for k, v in _flat(state["params"]).items()}
     x = torch.from_numpy(np.asarray(batch["inputs"], np.int64))
     keep = x != 0
     with torch.no_grad():
