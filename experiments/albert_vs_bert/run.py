@@ -101,8 +101,14 @@ def run(name, model, ids, held_out):
         losses.append(float(loss))
     evaluate = jax.jit(loss_fn)
     held = float(np.mean([evaluate(params, *hb) for hb in held_out]))
-    return dict(name=name, params=int(n_params), step_ms=1000 * float(np.median(times[10:])),
-                temp_bytes=temp, held_out_mlm_loss=held, losses=losses)
+    return dict(
+        name=name,
+        params=int(n_params),
+        step_ms=1000 * float(np.median(times[10:])),
+        temp_bytes=temp,
+        held_out_mlm_loss=held,
+        losses=losses,
+    )
 
 
 def main():
