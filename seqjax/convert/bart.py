@@ -19,7 +19,7 @@ pass unpadded sources, or remap ids).
 from __future__ import annotations
 
 from seqjax.convert import mapping as m
-from seqjax.convert.encoders import SX_ACTIVATIONS, activation
+from seqjax.convert.encoders import HF_DROPOUT, SX_ACTIVATIONS, activation
 from seqjax.models.encoder_decoder import EncoderDecoder
 from seqjax.models.encoder_decoder_config import EncoderDecoderConfig
 
@@ -60,6 +60,8 @@ def bart_config(hf: dict, max_len: int | None = None) -> EncoderDecoderConfig:
         embed_norm=True,
         position_offset=OFFSET,
         final_logits_bias=True,
+        dropout_rate=hf.get("dropout", HF_DROPOUT),
+        attention_dropout_rate=hf.get("attention_dropout", 0.0),
     )
 
 

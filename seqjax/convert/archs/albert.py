@@ -44,6 +44,8 @@ def albert_config(hf: dict, max_len: int | None = None) -> AlbertConfig:
         embed_dim=hf.get("embedding_size", 128),
         num_hidden_groups=hf.get("num_hidden_groups", 1),
         inner_group_num=hf.get("inner_group_num", 1),
+        dropout_rate=hf.get("hidden_dropout_prob", 0.0),  # AlbertConfig's defaults: 0
+        attention_dropout_rate=hf.get("attention_probs_dropout_prob", 0.0),
         pair_head=archs[0] == PRETRAINING,
         pair_classes=len(hf.get("id2label") or {0: 0, 1: 1}) if archs[0] == PRETRAINING else 2,
     )

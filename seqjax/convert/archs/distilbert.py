@@ -39,6 +39,8 @@ def distilbert_config(hf: dict, max_len: int | None = None) -> TransformerConfig
         embed_scale=False,
         embed_norm=True,
         type_vocab_size=0,
+        dropout_rate=hf.get("dropout", encoders.HF_DROPOUT),
+        attention_dropout_rate=hf.get("attention_dropout", encoders.HF_DROPOUT),
     )
 
 

@@ -29,6 +29,8 @@ def openai_gpt_config(hf: dict, max_len: int | None = None):
         d_model=hf.get("n_embd", 768),
         max_len=hf.get("n_positions", 512),
         norm_eps=hf.get("layer_norm_epsilon", 1e-5),
+        dropout_rate=hf.get("resid_pdrop", encoders.HF_DROPOUT),
+        attention_dropout_rate=hf.get("attn_pdrop", encoders.HF_DROPOUT),
         activation=encoders.activation(
             {"gelu": "gelu_new"}.get(hf.get("afn", "gelu"), hf.get("afn")), "afn"
         ),
