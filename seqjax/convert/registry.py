@@ -26,6 +26,11 @@ BUILTIN = (
     "seqjax.convert.archs.bert",
     "seqjax.convert.archs.gpt2",
     "seqjax.convert.archs.t5",
+    "seqjax.convert.archs.albert",
+    "seqjax.convert.archs.bert_finetune",
+    "seqjax.convert.archs.bart",
+    "seqjax.convert.archs.distilbert",
+    "seqjax.convert.archs.openai_gpt",
 )
 
 

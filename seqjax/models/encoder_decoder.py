@@ -233,11 +233,24 @@ class EncoderDecoder(nn.Module):
             self.target_embed = layers.token_embedding(view, name=None)
         if cfg.positional == "learned":
             init = nn.with_logical_partitioning(nn.initializers.normal(0.02), ("length", "embed"))
-            e = cfg.d_model
-            self.source_pos_embed = self.param("source_pos_embed", init, (cfg.max_source_len, e))
-            self.target_pos_embed = self.param("target_pos_embed", init, (cfg.max_target_len, e))
+            e, off = cfg.d_model, cfg.position_offset  # BART: 2 rows before position 0
+            self.source_pos_embed = self.param(
+                "source_pos_embed", init, (cfg.max_source_len + off, e)
+            )
+            self.target_pos_embed = self.param(
+                "target_pos_embed", init, (cfg.max_target_len + off, e)
+            )
         else:
             self.source_pos_embed = self.target_pos_embed = None
+        if cfg.embed_norm:  # BART's layernorm_embedding, one per stack
+            self.ln_source_embed = layers.norm(cfg=view)
+            self.ln_target_embed = layers.norm(cfg=view)
+        if cfg.final_logits_bias:
+            self.logits_bias = self.param(
+                "final_logits_bias",
+                nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
+                (cfg.vocab_size,),
+            )
         self.embed_dropout = nn.Dropout(cfg.dropout_rate)
         self.encoder = Stack(cfg, decoder=False)
         self.decoder = Stack(cfg, decoder=True, decode=self.decode)
@@ -252,13 +265,15 @@ class EncoderDecoder(nn.Module):
                 "cache", "target_position", lambda: jnp.zeros((), jnp.int32)
             )
 
-    def _embed(self, embed, pos_table, max_len, tokens_BT, positions_1T, deterministic):
+    def _embed(self, embed, pos_table, max_len, tokens_BT, positions_1T, deterministic, ln=None):
         """Token embedding (x sqrt(E)) + positions (§3.4-3.5), then dropout (§5.4)."""
         x_BTE = embed(tokens_BT)
         if self.cfg.positional in ("sinusoidal", "learned"):  # else: positions in attention
             if pos_table is None:
                 pos_table = jnp.asarray(layers.sinusoidal_positions(max_len, self.cfg.d_model))
-            x_BTE = x_BTE + pos_table[positions_1T]
+            x_BTE = x_BTE + pos_table[positions_1T + self.cfg.position_offset]
+        if ln is not None:  # BART's embedding LayerNorm
+            x_BTE = ln(x_BTE)
         x_BTE = self.embed_dropout(x_BTE, deterministic=deterministic)
         return nn.with_logical_constraint(x_BTE, ("batch", "length", "embed"))
 
@@ -277,6 +292,7 @@ class EncoderDecoder(nn.Module):
             source_BS,
             positions_1S,
             deterministic,
+            self.ln_source_embed if cfg.embed_norm else None,
         )
         segs = None if packed is None else packed["segment_ids"]
         return self.encoder(x_BSE, source_BS != PAD_ID, deterministic, segs=segs)
@@ -306,6 +322,7 @@ class EncoderDecoder(nn.Module):
             decoder_inputs_BT,
             positions_1T,
             deterministic,
+            self.ln_target_embed if cfg.embed_norm else None,
         )
         x_BTE = self.decoder(
             x_BTE, None, deterministic, encoded_BSE=encoded_BSE,
@@ -315,6 +332,8 @@ class EncoderDecoder(nn.Module):
         if cfg.tie_embeddings and cfg.rescale_tied_output:
             x_BTE = x_BTE * cfg.d_model**-0.5
         logits_BTV = self.target_embed.attend(x_BTE) if cfg.tie_embeddings else self.head(x_BTE)
+        if cfg.final_logits_bias:
+            logits_BTV = logits_BTV + self.logits_bias[None, None, :]
         return logits_BTV.astype(jnp.float32)
 
     def __call__(self, source_BS, decoder_inputs_BT, *, deterministic: bool = True, packed=None):

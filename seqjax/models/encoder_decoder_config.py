@@ -65,6 +65,11 @@ class EncoderDecoderConfig:
     ``mlp_bias``, ``attention_bias``, ``attention_scale``, ``embed_scale`` as in
     ``TransformerConfig``; ``rescale_tied_output``: the decoder output times E^-1/2 before
     the tied output layer (T5, Raffel et al. 2020: the Mesh TensorFlow code's rescaling).
+    BART's (Lewis et al. 2020, §2.1; fairseq's ``bart`` architecture): ``embed_norm``, a
+    LayerNorm on each stack's embedding sum (``ln_source_embed``, ``ln_target_embed``);
+    ``position_offset``, learned positions read from row ``position + offset`` of tables
+    ``max_len + offset`` long (BART: 2, fairseq's padding offset); ``final_logits_bias``, a
+    bias ``[V]`` on the output logits.
     """
 
     vocab_size: int
@@ -99,6 +104,9 @@ class EncoderDecoderConfig:
     attention_scale: float = 0.0
     embed_scale: bool = True
     rescale_tied_output: bool = False
+    embed_norm: bool = False
+    position_offset: int = 0
+    final_logits_bias: bool = False
 
     def __post_init__(self):
         for field in ("encoder_attention", "decoder_attention"):
@@ -127,6 +135,11 @@ class EncoderDecoderConfig:
             raise ValueError(
                 f"model.d_model={self.d_model} is not divisible by model.num_heads="
                 f"{self.num_heads}; set model.head_dim explicitly"
+            )
+        if self.position_offset < 0 or (self.position_offset and self.positional != "learned"):
+            raise ValueError(
+                f"model.position_offset={self.position_offset} needs positional='learned' "
+                "and >= 0; valid: 0, or an offset with learned positions (BART: 2)"
             )
         if self.reversible and self.norm_position == "post":
             raise ValueError(

@@ -87,6 +87,8 @@ TRANSFORMER = registry.register(
             "BertForPreTraining",
             "RobertaForMaskedLM",
             "GPT2LMHeadModel",
+            "DistilBertForMaskedLM",
+            "OpenAIGPTLMHeadModel",
         ),  # fmt: skip
         train_module=_transformer_train_module,
         block_of=from_config.transformer_block,
@@ -100,6 +102,6 @@ ENCODER_DECODER = registry.register(
         config_class=EncoderDecoderConfig,
         build_config=from_config.encoder_decoder_from_needs,
         modules={"seq2seq": _encoder_decoder},
-        hf_architectures=("T5ForConditionalGeneration",),
+        hf_architectures=("T5ForConditionalGeneration", "BartForConditionalGeneration"),
     )
 )

@@ -22,7 +22,7 @@ from seqjax.attention import score_mod
 from seqjax.models import adaptive as adaptive_lib
 from seqjax.models import dtype as model_dtype
 from seqjax.models import layers
-from seqjax.models.heads import MLMHead
+from seqjax.models.heads import MLMHead, PairHead
 
 DTYPES = model_dtype.DTYPES  # "auto" | "float32" | "bfloat16" | "float16" (models/dtype.py)
 POSITIONALS = ("sinusoidal", "learned", "none")
@@ -78,6 +78,9 @@ class TransformerConfig:
         ``pad_id`` the positions count the row's non-pad tokens and pads take row
         ``position_offset - 1`` (RoBERTa's, fairseq ``make_positions``), so left or right
         padding leaves the real tokens' positions as they are alone.
+      pair_head, pair_classes: BERT's pooler and next-sentence classifier on [CLS]
+        (``heads.PairHead``; ``TransformerLM(outputs="pretraining")``), ``pair_classes``
+        outputs (2).
     """
 
     vocab_size: int
@@ -122,6 +125,8 @@ class TransformerConfig:
     embed_norm: bool = False
     type_vocab_size: int = 0
     position_offset: int = 0
+    pair_head: bool = False
+    pair_classes: int = 2
 
     def __post_init__(self):
         checks = {
@@ -249,6 +254,7 @@ class Encoder(nn.Module):
     cfg: TransformerConfig
     causal: bool
     decode: bool = False
+    return_hidden: bool = False  # also return the hidden states (feature-based transfer)
 
     @nn.compact
     def __call__(
@@ -321,6 +327,10 @@ class Encoder(nn.Module):
             x_BTE = layers.norm(name="ln_embed", cfg=cfg)(x_BTE)
         x_BTE = nn.Dropout(cfg.dropout_rate)(x_BTE, deterministic=deterministic)
         x_BTE = nn.with_logical_constraint(x_BTE, ("batch", "length", "embed"))
+        # The hidden states (embedding, then each block's output) for feature-based transfer
+        # (Devlin et al. 2019 §5.3): kept only when "intermediates" is mutable.
+        self.sow("intermediates", "hidden_states", x_BTE)
+        hidden = [x_BTE]
         if cfg.reversible:
             from seqjax.models import reversible  # optional module (Reformer)
 
@@ -337,9 +347,11 @@ class Encoder(nn.Module):
                 x_BTE = block_cls(cfg, i, self.causal, self.decode, name=f"block_{i}")(
                     x_BTE, mask_BS, segment_ids, deterministic, shared.get(cfg.layer_attention(i))
                 )
-        if cfg.norm_position == "post":  # each layer already ends with a norm
-            return x_BTE, embed
-        return layers.norm(name="ln_final", cfg=cfg)(x_BTE), embed
+                self.sow("intermediates", "hidden_states", x_BTE)
+                hidden.append(x_BTE)
+        if cfg.norm_position == "pre":  # a post-LN layer already ends with a norm
+            x_BTE = layers.norm(name="ln_final", cfg=cfg)(x_BTE)
+        return (x_BTE, embed, tuple(hidden)) if self.return_hidden else (x_BTE, embed)
 
 
 def adaptive_embedding(cfg) -> adaptive_lib.AdaptiveSoftmax:
@@ -365,6 +377,9 @@ class TransformerLM(nn.Module):
     arange(T) < P`` the logits of the first P positions are exactly those of the P-token
     prefix alone, for every mechanism, including causal LSH whose sorted chunks future
     *queries* could otherwise move (``seqjax.sample`` conditions on prefixes this way).
+
+    ``outputs="pretraining"`` (``cfg.pair_head``, BERT's pre-training heads, Devlin et al.
+    2019 §3.1): ``(masked-LM logits [B, T, V], next-sentence logits [B, 2])``.
     """
 
     cfg: TransformerConfig
@@ -373,7 +388,7 @@ class TransformerLM(nn.Module):
     @nn.compact
     def __call__(
         self, tokens_BT, *, segment_ids=None, positions_BT=None, deterministic=True, mask_BT=None,
-        token_types_BT=None,
+        token_types_BT=None, outputs: str = "logits",
     ):  # fmt: skip
         cfg = self.cfg
         x_BTE, embed = Encoder(cfg, causal=cfg.causal, decode=self.decode, name="encoder")(
@@ -384,6 +399,12 @@ class TransformerLM(nn.Module):
             deterministic=deterministic,
             token_types_BT=token_types_BT,
         )
+        if cfg.pair_head:  # BERT's pooler + next-sentence prediction
+            _, pair_BC = PairHead(cfg.pair_classes, name="pair_head")(x_BTE)
+            if outputs == "pretraining":
+                return MLMHead(cfg, name="mlm_head")(x_BTE, embed), pair_BC
+        if outputs != "logits":
+            raise ValueError(f"outputs={outputs!r} needs model.pair_head=True; valid: 'logits'")
         if cfg.mlm_head_transform:  # BERT's masked-LM head (the mlm task)
             return MLMHead(cfg, name="mlm_head")(x_BTE, embed)
         if cfg.adaptive:  # exact log-probabilities: a softmax of them is themselves

@@ -3,7 +3,8 @@
 Liu et al. 2019).
 
 Read: ``BertForMaskedLM``, ``BertForPreTraining`` (``bert-base-uncased`` carries it; its
-next-sentence head and pooler stay unused), ``BertModel`` (a bare encoder: the masked-LM head
+pooler and next-sentence head become ``pair_head``: ``seqjax.convert.bert_heads``),
+``BertModel`` (a bare encoder: the masked-LM head
 is initialised), ``RobertaForMaskedLM``, ``RobertaModel``. The original TensorFlow port's
 ``LayerNorm.gamma`` / ``LayerNorm.beta`` tensor names (``bert-base-uncased``'s) are read as
 ``LayerNorm.weight`` / ``LayerNorm.bias``.
@@ -11,7 +12,7 @@ is initialised), ``RobertaForMaskedLM``, ``RobertaModel``. The original TensorFl
 
 from __future__ import annotations
 
-from seqjax.convert import encoders, registry
+from seqjax.convert import bert_heads, encoders, registry
 
 LEGACY_NORM = {".LayerNorm.gamma": ".LayerNorm.weight", ".LayerNorm.beta": ".LayerNorm.bias"}
 
@@ -30,6 +31,20 @@ def legacy_names(hf_cfg: dict, tensors: dict) -> tuple[dict, dict]:
 
 
 def _encoder(name: str, architectures: tuple[str, ...], roberta: bool) -> registry.Architecture:
+    if not roberta:  # BertForPreTraining's pooler + next-sentence head (convert.bert_heads)
+        return registry.Architecture(
+            name=name,
+            architectures=architectures,
+            model_type=name,
+            config=bert_heads.pretraining_config,
+            hf_config=bert_heads.pretraining_hf_config,
+            rules=bert_heads.pretraining_rules,
+            make_model=encoders.make_model,
+            prefix_anchor="embeddings.word_embeddings.weight",
+            fix_tensors=legacy_names,
+            optional=("mlm_head", "pair_head"),
+            family="transformer",
+        )
     return registry.Architecture(
         name=name,
         architectures=architectures,
