@@ -169,6 +169,8 @@ class MultiHeadAttention(nn.Module):
         rotated). Not applied to cross-attention.
       rope_base, t5_buckets, t5_max_distance: the schemes' hyper-parameters.
       use_bias: biases on the Q/K/V and output projections (BERT, GPT-2; default none).
+      qkv_bias: with ``use_bias``, whether the Q/K/V projections have them too (GPT-Neo:
+        False, the output projection only).
       scale: the logits' scale; 0 means the mechanism's own ``1/sqrt(D)`` (Vaswani et al.
         2017, eq. 1). T5 uses 1.0 (Raffel et al. 2020: the scale is folded into the
         initialization of the query projection).
@@ -192,10 +194,12 @@ class MultiHeadAttention(nn.Module):
     t5_max_distance: int = 128
     use_bias: bool = False
     scale: float = 0.0
+    qkv_bias: bool = True
 
     def _proj_module(self, name: str) -> HeadsProjection:
+        bias = self.use_bias and self.qkv_bias
         return HeadsProjection(
-            self.num_heads, self.head_dim, self.dtype, self.param_dtype, self.use_bias, name=name
+            self.num_heads, self.head_dim, self.dtype, self.param_dtype, bias, name=name
         )
 
     def _out(self, out_BTHD, features: int):
