@@ -1,0 +1,47 @@
+"""A tiny random GPT-2 folder with a byte-level BPE tokenizer trained here (no download), the
+one the in-context evaluation tests score with seqjax and with lm-evaluation-harness."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+
+CORPUS = [
+    "the cat sat on the mat and the dog sat on the log",
+    "a bird sang in the tree while the cat sat still",
+    "the sun is warm and the sea is blue and calm",
+] * 10
+EOT = "<|endoftext|>"
+MAX_LEN = 16
+
+
+def save(folder, seed: int = 0) -> str:
+    """Writes the model and tokenizer into ``folder``; returns its path."""
+    bl = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    alphabet = sorted({c for s in CORPUS for w, _ in bl.pre_tokenize_str(s) for c in w})
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE())
+    tok.pre_tokenizer = bl
+    tok.decoder = tokenizers.decoders.ByteLevel()
+    trainer = tokenizers.trainers.BpeTrainer(
+        vocab_size=64, special_tokens=[EOT], initial_alphabet=alphabet, show_progress=False
+    )
+    tok.train_from_iterator(CORPUS, trainer)
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token=EOT, eos_token=EOT, unk_token=None
+    )
+    fast.save_pretrained(str(folder))
+    eot = tok.token_to_id(EOT)
+    cfg = transformers.GPT2Config(
+        vocab_size=tok.get_vocab_size(), n_embd=32, n_layer=2, n_head=4, n_positions=MAX_LEN,
+        bos_token_id=eot, eos_token_id=eot,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    model = transformers.GPT2LMHeadModel(cfg)
+    with torch.no_grad():  # larger weights than the init: confident, varied predictions
+        for p in model.parameters():
+            p.mul_(4.0 if p.ndim > 1 else 1.0)
+    model.eval().save_pretrained(str(folder), safe_serialization=True)
+    return str(folder)
