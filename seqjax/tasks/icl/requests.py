@@ -127,8 +127,8 @@ class Scorer:
                     "a loglikelihood request needs a non-empty context and a continuation of "
                     f"1..{L} tokens; got {len(ctx)} and {len(cont)}"
                 )
-        order = sorted(range(len(pairs)), key=lambda i: (-len(pairs[i][0]) - len(pairs[i][1]),
-                                                         tuple(pairs[i][0] + pairs[i][1])))  # fmt: skip
+        whole_of = [list(c) + list(x) for c, x in pairs]
+        order = sorted(range(len(pairs)), key=lambda i: (-len(whole_of[i]), tuple(whole_of[i])))
         out: list = [None] * len(pairs)
         for start in range(0, len(order), self.batch_size):
             chunk = order[start : start + self.batch_size]
@@ -142,7 +142,10 @@ class Scorer:
             for r, i in enumerate(chunk):
                 n, c = len(whole[r]) - 1, len(pairs[i][1])
                 span = slice(n - c, n)
-                out[i] = (float(np.sum(logp[r, span], dtype=np.float32)), bool(greedy[r, span].all()))
+                out[i] = (
+                    float(np.sum(logp[r, span], dtype=np.float32)),
+                    bool(greedy[r, span].all()),
+                )
         return out
 
     # --- loglikelihood_rolling ---------------------------------------------------------
@@ -206,7 +209,7 @@ class Scorer:
             ids[r, : len(p)], lengths[r] = p, len(p)
         new = [[] for _ in range(n)]
         done = np.zeros(n, bool)
-        for step in range(max_gen):
+        for _ in range(max_gen):
             logits = np.asarray(jax.device_get(self._last(self._put(ids), self._put(lengths - 1))))
             if temperature > 0:
                 rng, sub = jax.random.split(rng)
