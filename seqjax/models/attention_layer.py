@@ -380,7 +380,9 @@ class MultiHeadAttention(nn.Module):
             )
             var = self.variable("cache", "lsh", state0)
         else:
-            plan = pattern_cache.make_plan(self.mechanism, options, h, length)
+            # the layer's logit scale (``self.scale``, e.g. GPT-Neo's 1.0) reaches the cache
+            plan_options = {**options, "scale": self.scale} if self.scale else options
+            plan = pattern_cache.make_plan(self.mechanism, plan_options, h, length)
             buffers0 = lambda: pattern_cache.init_buffers(plan, b, h, d, dv, self.dtype)  # noqa: E731
             var = self.variable("cache", "buffers", buffers0)
         if init:  # the init call only sizes the cache: its output skips any score bias
@@ -390,7 +392,7 @@ class MultiHeadAttention(nn.Module):
         if kind == "lsh":
             out_BTHD, var.value = lsh_cache.step(
                 var.value, q_BTHD, v_BTHD, i, rng=kwargs["rng"], options=options,
-                scale=options.get("scale"),
+                scale=self.scale or options.get("scale"),
             )  # fmt: skip
         else:
             out_BTHD, var.value = pattern_cache.step(

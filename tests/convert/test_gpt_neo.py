@@ -82,3 +82,32 @@ def test_bad_layouts_refused():
         gpt_neo.gpt_neo_hf_config(two)
     assert gpt_neo.compress(["global", "local", "global", "local"]) == [[["global", "local"], 2]]
     assert gpt_neo.compress(["local", "global", "global"]) == [[["local", "global", "global"], 1]]
+
+
+def test_cached_decoding_equals_full_forward(tmp_path):
+    """One token at a time through the KV cache (global) and the ring buffer (local), with
+    GPT-Neo's unscaled logits, equals the full forward pass."""
+    import jax
+    import jax.numpy as jnp
+
+    from seqjax.models.transformer import TransformerLM
+
+    imp = convert.load(hf.save(_neo(3), tmp_path))
+    cfg = dataclasses.replace(imp.config, max_len=T)
+    ids = jnp.asarray(hf.ids((2, T)))
+    dec = TransformerLM(cfg, decode=True)
+    params = {**imp.params, "encoder": {**imp.params["encoder"]}}
+    params["encoder"]["pos_embed"] = params["encoder"]["pos_embed"][:T]
+    for i in range(cfg.num_layers):  # sharp attention: the logits' scale matters
+        attn = params["encoder"][f"block_{i}"]["attn"]
+        attn["query"] = {"kernel": attn["query"]["kernel"] * 30.0}
+    params = jax.tree.map(jnp.asarray, params)
+    full = TransformerLM(cfg).apply({"params": params}, ids)
+    cache = dec.init(jax.random.key(0), jnp.zeros_like(ids))["cache"]
+    step = jax.jit(lambda c, x: dec.apply({"params": params, "cache": c}, x, mutable=["cache"]))
+    outs = []
+    for i in range(T):
+        out, mut = step(cache, ids[:, i : i + 1])
+        cache = mut["cache"]
+        outs.append(out)
+    hf.assert_close(jnp.concatenate(outs, 1), full, rtol=1e-5)
