@@ -8,7 +8,7 @@ The tasks (built here from the corpus at run time, never committed):
 * cloze: a line of verse of >= 4 words whose last word is alphabetic and >= 3 letters;
   ``context`` = the 64 characters before that word (the line's start and what precedes it),
   ``target`` = the word (LAMBADA's form, Paperno et al. 2016): accuracy = the word is the
-  model's greedy continuation;
+  model's greedy continuation, logprob = the mean sum of its characters' log-probabilities;
 * multiple choice: ``query`` = the 64 characters before a line (ending in its newline),
   ``choices`` = that line and three other lines of 20-60 characters of the same portion, in
   a seeded random order (HellaSwag's form of picking the ending, Zellers et al. 2019):
@@ -44,6 +44,8 @@ from seqjax import main as seqjax_main  # noqa: E402
 from seqjax.configs import char_lm  # noqa: E402
 
 PATTERNS = {"dense": "dense", "banded": "dense,flex"}
+PANELS = (("cloze", "acc"), ("cloze", "logprob"), ("multiple_choice", "acc"),
+          ("multiple_choice", "acc_norm"))  # fmt: skip
 CTX = 64
 
 
@@ -158,14 +160,15 @@ def main():
 def write_table(results, path: Path, argv: str) -> None:
     rows = ["| task | metric | layers | " + " | ".join(f"k={r}" for r in _shots(results)) + " |"]
     rows.append("|" + "---|" * (3 + len(_shots(results))))
-    for task, metric in (("cloze", "acc"), ("multiple_choice", "acc"),
-                         ("multiple_choice", "acc_norm")):  # fmt: skip
+    for task, metric in PANELS:
+        unit, mult = ("nats", 1) if metric == "logprob" else ("%", 100)
         for pattern in PATTERNS:
             cells = [
-                f"{100 * r[metric]:.1f} ± {100 * r[metric + '_stderr']:.1f}"
+                f"{mult * r[metric]:.{2 if mult == 1 else 1}f} ± "
+                f"{mult * r[metric + '_stderr']:.{2 if mult == 1 else 1}f}"
                 for r in results if r["task"] == task and r["pattern"] == pattern
             ]  # fmt: skip
-            rows.append(f"| {task} | {metric} (%) | {pattern} | " + " | ".join(cells) + " |")
+            rows.append(f"| {task} | {metric} ({unit}) | {pattern} | " + " | ".join(cells) + " |")
     cmd = f"nice -n 10 python experiments/icl_study/run.py {argv}".strip()
     path.write_text("\n".join(rows) + f"\n\nCommand: `{cmd}`\n")
 
@@ -180,18 +183,19 @@ def plot(results, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = (("cloze", "acc"), ("multiple_choice", "acc"), ("multiple_choice", "acc_norm"))
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
-    for ax, (task, metric) in zip(axes, panels):
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(15, 3.6))
+    for ax, (task, metric) in zip(axes, PANELS):
+        mult = 1 if metric == "logprob" else 100
         for i, pattern in enumerate(PATTERNS):
             rs = [r for r in results if r["task"] == task and r["pattern"] == pattern]
             ks = [r["num_fewshot"] + (i - 0.5) * 0.15 for r in rs]
-            ax.errorbar(ks, [100 * r[metric] for r in rs],
-                        yerr=[100 * r[metric + "_stderr"] for r in rs], marker="o", capsize=3,
+            ax.errorbar(ks, [mult * r[metric] for r in rs],
+                        yerr=[mult * r[metric + "_stderr"] for r in rs], marker="o", capsize=3,
                         label=pattern)  # fmt: skip
         if task == "multiple_choice":
             ax.axhline(25, color="grey", lw=0.8, ls=":", label="chance")
-        ax.set(title=f"{task} {metric}", xlabel="examples in the prompt (k)", ylabel="%")
+        unit = "nats" if metric == "logprob" else "%"
+        ax.set(title=f"{task} {metric}", xlabel="examples in the prompt (k)", ylabel=unit)
         ax.set_xticks(_shots(results))
         ax.legend(fontsize=8)
     fig.tight_layout()

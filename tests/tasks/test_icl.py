@@ -56,18 +56,23 @@ def test_requests_equal_lm_eval_hflm(folder, scorer):
     assert gens == hflm.generate_until(
         [Instance("generate_until", {}, r, i) for i, r in enumerate(GENERATE)]
     )
+    assert gens[0] and gens[1]
     reqs = REQUESTS + [("the cat", gens[0][:6])]  # the model's own greedy continuation
     ll_req = [Instance("loglikelihood", {}, r, i) for i, r in enumerate(reqs)]
     theirs = hflm.loglikelihood(ll_req)
-    for ours in (scorer.loglikelihood(reqs), SeqjaxLM(scorer.lm).loglikelihood(ll_req)):
+    for ours in (scorer.loglikelihood(reqs), SeqjaxLM(scorer.lm, 3).loglikelihood(ll_req)):
         np.testing.assert_allclose([x for x, _ in ours], [x for x, _ in theirs], rtol=1e-5)
         assert [g for _, g in ours] == [g for _, g in theirs]
     assert theirs[-1][1] and not all(g for _, g in theirs)  # both kinds of flag are tested
     assert len(scorer.lm.encode(LONG)) > tiny.MAX_LEN
     roll = [Instance("loglikelihood_rolling", {}, (t,), i) for i, t in enumerate(TEXTS)]
     assert len(scorer.lm.encode(TEXTS[0])) > tiny.MAX_LEN  # several windows
-    np.testing.assert_allclose(scorer.loglikelihood_rolling(TEXTS),
-                               hflm.loglikelihood_rolling(roll), rtol=1e-5)  # fmt: skip
+    theirs = hflm.loglikelihood_rolling(roll)
+    np.testing.assert_allclose(scorer.loglikelihood_rolling(TEXTS), theirs, rtol=1e-5)
+    adapter = SeqjaxLM(scorer.lm, batch_size=2)  # the harness's Instances, other batches
+    np.testing.assert_allclose(adapter.loglikelihood_rolling(roll), theirs, rtol=1e-5)
+    gen_req = [Instance("generate_until", {}, r, i) for i, r in enumerate(GENERATE)]
+    assert adapter.generate_until(gen_req) == gens
 
 
 def test_rolling_windows_cover_each_token_once():
@@ -136,7 +141,8 @@ def test_command_line_on_hf_folder(folder, tmp_path):
         evaluate_icl.load_model(f"hf:{folder}"), str(cloze), "cloze", shots=(0, 1), batch_size=4
     )
     assert [r["num_fewshot"] for r in results] == [0, 1] and all(r["n"] == 3 for r in results)
-    assert 0 <= results[1]["acc"] <= 1 and results[0]["ppl"] > 1
+    assert 0 <= results[1]["acc"] <= 1 and results[0]["logprob_stderr"] > 0
+    assert results[0]["ppl"] == pytest.approx(math.exp(-results[0]["logprob"]))
     out = evaluate_icl.evaluate(evaluate_icl.load_model(f"hf:{folder}"), str(tr), "translation",
                                 shots=(1,), batch_size=4, max_gen_toks=4)[0]  # fmt: skip
     assert {"bleu", "bleu_stderr", "exact_match", "exact_match_stderr"} <= set(out)

@@ -8,7 +8,7 @@ Task kinds (one JSON object a line):
 kind                fields                                       metrics
 ==================  ===========================================  ==========================
 multiple_choice     ``query``, ``choices`` (list), ``gold`` (int)  acc, acc_norm
-cloze               ``context``, ``target`` (the last word)      acc (greedy), ppl
+cloze               ``context``, ``target`` (the last word)      acc (greedy), logprob, ppl
 translation         ``source``, ``target``                       bleu, exact_match
 ==================  ===========================================  ==========================
 
@@ -22,7 +22,8 @@ the template filled with the document's fields (``str.format``). Scoring:
   picks the largest sum, ``acc_norm`` the largest sum per character of the choice (the
   harness's ``acc_norm``);
 * cloze: ``loglikelihood(prompt, target_delimiter + target)``; ``acc`` = the target is the
-  greedy continuation (LAMBADA's accuracy, Paperno et al. 2016), ``ppl`` = exp(-mean sum);
+  greedy continuation (LAMBADA's accuracy, Paperno et al. 2016), ``logprob`` its mean sum
+  of log-probabilities (nats), ``ppl`` = exp(-logprob);
 * translation: ``generate_until(prompt, until="\\n")``, stripped; corpus ``bleu``
   (sacrebleu) and ``exact_match``.
 
@@ -165,7 +166,7 @@ def evaluate(scorer, spec: TaskSpec, docs, train_docs, k: int, seed: int = 1234)
         res = scorer.loglikelihood(
             [(p, spec.target_delimiter + d["target"]) for d, p in zip(docs, prompts)]
         )
-        metrics = {"acc": [float(g) for _, g in res]}
+        metrics = {"acc": [float(g) for _, g in res], "logprob": [ll for ll, _ in res]}
         out["ppl"] = float(math.exp(-np.mean([ll for ll, _ in res])))
     else:
         gen = {"until": ["\n"], "max_gen_toks": spec.max_gen_toks}
