@@ -3,6 +3,8 @@ one the in-context evaluation tests score with seqjax and with lm-evaluation-har
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -16,6 +18,7 @@ CORPUS = [
 ] * 10
 EOT = "<|endoftext|>"
 MAX_LEN = 16
+REPO = Path(__file__).resolve().parents[2]
 
 
 def save(folder, seed: int = 0) -> str:

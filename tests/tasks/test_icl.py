@@ -149,3 +149,39 @@ def test_command_line_on_hf_folder(folder, tmp_path):
     assert len(out["predictions"]) == 3
     with pytest.raises(ValueError, match="--num_fewshot='-1'; valid"):
         evaluate_icl.parse_shots("-1")
+
+
+def test_sampled_generation_is_seeded(scorer):
+    req = [("the cat", {"do_sample": True, "temperature": 5.0, "max_gen_toks": 6})] * 2
+    a = scorer.generate_until(req, seed=0)
+    assert a == scorer.generate_until(req, seed=0)
+    assert a != scorer.generate_until(req, seed=1)
+
+
+@pytest.mark.slow
+def test_command_line_on_a_workdir(tmp_path):
+    """A character LM trained a few steps, then ``python -m seqjax.evaluate_icl`` on its
+    workdir (one JSON line per k)."""
+    import os
+    import subprocess
+    import sys
+
+    work = tmp_path / "run"
+    train = [sys.executable, "-m", "seqjax.main", "--config", "configs/char_lm.py:smoke",
+             "--workdir", str(work), "--config.train.num_steps=12",
+             "--config.optimizer.warmup_steps=2", "--config.train.eval_every=12",
+             "--config.train.checkpoint_every=12"]  # fmt: skip
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_backend_optimization_level=0")
+    env["PYTHONPATH"] = str(tiny.REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    done = subprocess.run(train, capture_output=True, text=True, cwd=tiny.REPO, env=env,
+                          timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    task = tmp_path / "mc.jsonl"
+    task.write_text("".join(json.dumps(d) + "\n" for d in MC))
+    cmd = [sys.executable, "-m", "seqjax.evaluate_icl", f"--model={work}", f"--task={task}",
+           "--kind=multiple_choice", "--num_fewshot=0,1"]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=tiny.REPO, env=env,
+                         timeout=600)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = [json.loads(ln) for ln in out.stdout.splitlines() if ln.startswith("{")]
+    assert [r["num_fewshot"] for r in lines] == [0, 1] and all(r["n"] == 6 for r in lines)
