@@ -21,8 +21,9 @@ MAX_LEN = 16
 REPO = Path(__file__).resolve().parents[2]
 
 
-def save(folder, seed: int = 0) -> str:
-    """Writes the model and tokenizer into ``folder``; returns its path."""
+def save(folder, seed: int = 0, arch: str = "gpt2") -> str:
+    """Writes the model (``arch`` "gpt2", or "gpt_neo": one global and one local layer of
+    window 4) and tokenizer into ``folder``; returns its path."""
     bl = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
     alphabet = sorted({c for s in CORPUS for w, _ in bl.pre_tokenize_str(s) for c in w})
     tok = tokenizers.Tokenizer(tokenizers.models.BPE())
@@ -37,12 +38,18 @@ def save(folder, seed: int = 0) -> str:
     )
     fast.save_pretrained(str(folder))
     eot = tok.token_to_id(EOT)
-    cfg = transformers.GPT2Config(
-        vocab_size=tok.get_vocab_size(), n_embd=32, n_layer=2, n_head=4, n_positions=MAX_LEN,
-        bos_token_id=eot, eos_token_id=eot,
-    )  # fmt: skip
     torch.manual_seed(seed)
-    model = transformers.GPT2LMHeadModel(cfg)
+    if arch == "gpt_neo":
+        model = transformers.GPTNeoForCausalLM(transformers.GPTNeoConfig(
+            vocab_size=tok.get_vocab_size(), hidden_size=32, num_layers=2, num_heads=4,
+            max_position_embeddings=MAX_LEN, attention_types=[[["global", "local"], 1]],
+            window_size=4, bos_token_id=eot, eos_token_id=eot,
+        ))  # fmt: skip
+    else:
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            vocab_size=tok.get_vocab_size(), n_embd=32, n_layer=2, n_head=4,
+            n_positions=MAX_LEN, bos_token_id=eot, eos_token_id=eot,
+        ))  # fmt: skip
     with torch.no_grad():  # larger weights than the init: confident, varied predictions
         for p in model.parameters():
             p.mul_(4.0 if p.ndim > 1 else 1.0)

@@ -75,6 +75,33 @@ def test_requests_equal_lm_eval_hflm(folder, scorer):
     assert adapter.generate_until(gen_req) == gens
 
 
+def test_gpt_neo_local_layers_equal_lm_eval_hflm(tmp_path):
+    """An imported GPT-Neo (a local layer of window 4 < 16 positions) through the same
+    requests as the harness's HFLM on its folder."""
+    pytest.importorskip("accelerate")
+    huggingface = pytest.importorskip("lm_eval.models.huggingface")
+    from lm_eval.api.instance import Instance
+
+    from seqjax.tasks.icl import models
+
+    folder = tiny.save(tmp_path, arch="gpt_neo")
+    lm = models.from_hf_folder(folder)
+    assert [name for name, _ in lm_attention(folder)] == ["dense", "flex"]
+    hflm = huggingface.HFLM(pretrained=folder, batch_size=4, max_length=tiny.MAX_LEN,
+                            device="cpu", dtype="float32")  # fmt: skip
+    reqs = REQUESTS[:4]
+    theirs = hflm.loglikelihood([Instance("loglikelihood", {}, r, i) for i, r in enumerate(reqs)])
+    ours = icl.Scorer(lm, batch_size=4).loglikelihood(reqs)
+    np.testing.assert_allclose([x for x, _ in ours], [x for x, _ in theirs], rtol=1e-5)
+    assert [g for _, g in ours] == [g for _, g in theirs]
+
+
+def lm_attention(folder):
+    from seqjax import convert
+
+    return convert.load(folder).config.attention
+
+
 def test_rolling_windows_cover_each_token_once():
     toks = list(range(10, 33))
     windows = requests.rolling_windows(toks, 0, 8)
