@@ -28,5 +28,8 @@ PY
 # gs:// run + resume (fake GCS network layer), the console and --help, the launchers.
 # (Not the gs:// test: its fake GCS network layer patches the newest Orbax's internals; with
 # Orbax 0.11.x the checkpoint would go to the real TensorStore GCS driver, i.e. the network.)
+# The warm starts at the safetensors and tokenizers floors: the README's snippet, import and
+# export (dropout, token ids, tokenizer files) and the tokenizers.
 python -m pytest -q -p no:cacheprovider tests/train/test_paths.py tests/e2e/test_console.py \
-    tests/launch/test_launchers.py -k "not gs_workdir"
+    tests/launch/test_launchers.py tests/e2e/test_readme_warm_start.py \
+    tests/convert/test_carry.py tests/convert/test_tokenizer.py -k "not gs_workdir"

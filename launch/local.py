@@ -7,8 +7,12 @@ Every process is a normal ``python -m seqjax.main`` joined through
 ``jax.distributed.initialize`` (coordinator on 127.0.0.1, gloo CPU collectives), exactly as
 the processes of a multi-host TPU or GPU job are: the same code path, testable here. The
 logs of process 0 stream to this terminal, the others go to ``WORKDIR/process_<i>.log``;
-if any process fails, the rest are stopped and its exit status is returned; all children
-are cleaned up on exit or Ctrl-C.
+if any process fails, the rest are stopped and its exit status is returned.
+
+Stopping the launcher stops its processes: a SIGTERM (a scheduler, ``timeout``) or SIGINT
+(Ctrl-C) is forwarded to every process (which saves a checkpoint and exits, as one process
+would), and a process still running ``--grace-s`` seconds later (default 30) is killed
+(SIGKILL), so no worker outlives its launcher. A second signal kills them at once.
 """
 
 from __future__ import annotations
@@ -69,6 +73,72 @@ def process_env(i: int, n: int, devices: int, port: int, base: dict | None = Non
     return env
 
 
+GRACE_S = 30.0  # seconds the processes have to save and exit once the launcher is stopped
+
+
+class _Forwarder:
+    """SIGTERM / SIGINT to the launcher, forwarded to every process's group.
+
+    The processes run in their own sessions (a Ctrl-C in this terminal reaches only the
+    launcher), so without this a stopped launcher leaves them running. The first signal is
+    forwarded as it is (each process saves and exits); ``overdue()`` kills what still runs
+    ``grace_s`` later; a second signal kills at once.
+    """
+
+    def __init__(self, procs: list, grace_s: float):
+        self.procs, self.grace_s = procs, grace_s
+        self.signum: int | None = None
+        self._at = 0.0
+        self._previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._previous[sig] = signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        del frame
+        if self.signum is not None:  # the second signal: no more waiting
+            self._at = -float("inf")
+            self.overdue()
+            return
+        self.signum, self._at = signum, time.monotonic()
+        _signal_all(self.procs, signum)
+        _note(f"[local] {signal.Signals(signum).name}: forwarded to the {len(self.procs)} "
+              f"processes; killing any still running in {self.grace_s:.0f} s")  # fmt: skip
+
+    def overdue(self) -> bool:
+        """Kills the processes still running once the grace period is over (True then)."""
+        if time.monotonic() - self._at < self.grace_s:
+            return False
+        if any(p.poll() is None for p in self.procs):
+            _note(f"[local] processes still running {self.grace_s:.0f} s after the signal: "
+                  "killed")  # fmt: skip
+        _signal_all(self.procs, signal.SIGKILL)
+        return True
+
+    def restore(self) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+        self._previous = {}
+
+
+def _note(text: str) -> None:
+    """A line on stderr from a signal handler (one ``write(2)``: ``print`` could meet a
+    print of the main thread and raise)."""
+    try:
+        os.write(2, (text + "\n").encode())
+    except OSError:
+        pass
+
+
+def _signal_all(procs: list, signum: int) -> None:
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signum)
+            except ProcessLookupError:
+                pass
+
+
 def _workdir(main_args: list[str]) -> Path | None:
     """The local folder for the process logs: the job's ``--workdir`` (``~`` expanded), or
     None when there is none or it is a bucket (``gs://``)."""
@@ -92,6 +162,7 @@ def launch(
     env: dict | None = None,
     cwd: str | None = None,
     timeout_s: float | None = None,
+    grace_s: float = GRACE_S,
 ) -> int:
     """Starts the processes and waits; returns 0 or the first failing exit status.
 
@@ -100,6 +171,8 @@ def launch(
       cwd: their working directory.
       timeout_s: stop every process and return 124 after this many seconds (a deadlock
         in a collective otherwise waits forever).
+      grace_s: after a SIGTERM or SIGINT to the launcher (forwarded to every process), the
+        seconds they have to save and exit before they are killed (``_Forwarder``).
     """
     port = free_port()
     workdir = _workdir(main_args)
@@ -107,8 +180,11 @@ def launch(
     log_dir.mkdir(parents=True, exist_ok=True)
     procs, logs, readers = [], [], []
     t0 = time.monotonic()
+    forward = _Forwarder(procs, grace_s)
     try:
         for i in range(num_processes):
+            if forward.signum is not None:  # stopped while starting them
+                break
             out = None
             if i > 0:
                 out = open(log_dir / f"process_{i}.log", "w")
@@ -130,6 +206,13 @@ def launch(
                 readers.append(reader)
         while True:
             codes = [p.poll() for p in procs]
+            if forward.signum is not None:  # stopped: the processes save and exit, or die
+                if all(c is not None for c in codes):
+                    return next((c for c in codes if c), 0)
+                if forward.overdue():
+                    return 128 + forward.signum
+                time.sleep(poll_s)
+                continue
             failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
             if failed:
                 i, code = failed[0]
@@ -146,6 +229,7 @@ def launch(
                 return 124
             time.sleep(poll_s)
     finally:
+        forward.restore()
         for p in procs:
             if p.poll() is None:
                 try:
@@ -177,6 +261,13 @@ def main(argv=None):
         default="seqjax.main",
         help="python -m MODULE per process (default: %(default)s)",
     )
+    parser.add_argument(
+        "--grace-s",
+        type=float,
+        default=GRACE_S,
+        help="seconds the processes have to save and exit after a SIGTERM or Ctrl-C to the "
+        "launcher before they are killed (default: %(default)s)",
+    )
     parser.add_argument("main_args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     main_args = args.main_args[1:] if args.main_args[:1] == ["--"] else args.main_args
@@ -195,7 +286,7 @@ def main(argv=None):
         file=sys.stderr,
         flush=True,
     )
-    return launch(n, d, main_args, args.module)
+    return launch(n, d, main_args, args.module, grace_s=args.grace_s)
 
 
 def check_main_args(main_args: list[str], num_processes: int, devices: int) -> None:

@@ -13,6 +13,7 @@ header, logs and progress to stderr (``run_header``, ``format_metrics``,
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging as std_logging
 import numbers
 import os
@@ -94,19 +95,84 @@ def format_metrics(res: dict) -> str:
     return ", ".join(parts)
 
 
-def _per_layer(spec: str, num_layers: int, options: dict) -> str:
-    """``window(window=8) x 2`` or ``0: lsh, 1: dense, 2: lsh`` (the per-layer cycle)."""
-    cycle = [n.strip() for n in str(spec).split(",") if n.strip()]
+def _per_layer(spec: str, num_layers: int, options: dict, resolved=None) -> str:
+    """``window(window=8) x 2`` or ``0: lsh, 1: dense, 2: lsh`` (the per-layer cycle): each
+    mechanism with the options it runs with (``mechanism_options``) and, where
+    ``implementation=auto``, what that resolved to (``resolved(name, options)``)."""
+    from seqjax.attention import registry as attention_registry
+
+    cycle = attention_registry.parse(spec)
 
     def show(name):
-        opts = options.get(name) or {}
-        inner = ", ".join(f"{k}={v}" for k, v in sorted(dict(opts).items()))
+        opts = mechanism_options(name, options.get(name) or {})
+        inner = ", ".join(f"{k}={v}" for k, v in sorted(opts.items()))
+        engine = resolved(name, opts) if opts.get("implementation") == "auto" and resolved else None
+        if engine:
+            inner = inner.replace("implementation=auto", f"implementation=auto -> {engine}")
         return f"{name}({inner})" if inner else name
 
     layers = [show(cycle[i % len(cycle)]) for i in range(num_layers)] if cycle else []
     if len(set(layers)) == 1:
         return f"{layers[0]} x {num_layers} layers"
     return ", ".join(f"{i}: {name}" for i, name in enumerate(layers))
+
+
+def mechanism_options(name: str, given: dict) -> dict:
+    """The options ``name`` runs with: those the config gives or, when it gives none, the
+    mechanism's defaults for its declared options (Performer's ``num_features``, ``redraw``,
+    ``seed``...; values that are None or arrays are left out); the default
+    ``implementation`` is always shown."""
+    from seqjax import attention
+
+    if name not in attention.names():
+        return dict(given)
+    mech = attention.spec(name)
+    params = inspect.signature(mech.fn).parameters
+    out = {}
+    for option in mech.options if not given else ("implementation",):
+        p = params.get(option)
+        if option in mech.options and p is not None:
+            if isinstance(p.default, (bool, int, float, str)):
+                out[option] = p.default
+    return {**out, **given}
+
+
+def auto_resolver(config, run):
+    """``resolved(name, options) -> str | None``: what ``implementation="auto"`` runs on
+    this backend for the model's compute dtype and one ``[1, max_len, heads, head_dim]``
+    input (``attention.resolve_auto``: traced, nothing compiles); None when the mechanism
+    does not say."""
+    import jax
+
+    from seqjax.attention import registry
+    from seqjax.models import dtype as model_dtype
+
+    m = config.model
+    d = int(m.get("head_dim") or 0) or int(m.d_model) // int(m.num_heads)
+    compute = model_dtype.EXPLICIT[model_dtype.resolve(m.get("dtype", "float32"))]
+    x = jax.ShapeDtypeStruct((1, int(m.max_len), int(m.num_heads), d), compute)
+    causal = bool(getattr(getattr(run.model, "cfg", None), "causal", False))
+    rate = float(m.get("attention_dropout_rate") or 0.0)
+    key = jax.random.key(0) if rate else None
+
+    def resolved(name: str, opts: dict) -> str | None:
+        return registry.resolve_auto(
+            name, x, x, x, causal=causal, dropout_rate=rate, dropout_rng=key, **opts
+        )  # fmt: skip
+
+    resolved.context = f"{jax.default_backend()}, {x.dtype}, q/k/v {list(x.shape)}"
+    return resolved
+
+
+def _overrides(argv) -> list[str]:
+    """``--config.a.b=v`` / ``--config.a.b v`` as typed: ``a.b=v``."""
+    out = []
+    for i, arg in enumerate(argv[1:], start=1):
+        if arg.startswith("--config.") and "=" in arg:
+            out.append(arg[len("--config.") :])
+        elif arg.startswith("--config.") and i + 1 < len(argv):
+            out.append(f"{arg[len('--config.') :]}={argv[i + 1]}")
+    return out
 
 
 def config_arg(argv: list[str]) -> str | None:
@@ -127,6 +193,13 @@ _COMMAND_LINE: list[str] | None = None
 def set_command_line(argv: list[str]) -> None:
     global _COMMAND_LINE
     _COMMAND_LINE = list(argv)
+
+
+def typed_fields(argv: list[str] | None = None) -> set[str]:
+    """The config fields typed on the command line (``--config.model.d_model=64`` gives
+    ``model.d_model``), of ``argv`` or the recorded command line."""
+    argv = (_COMMAND_LINE or []) if argv is None else argv
+    return {a.split("=", 1)[0][len("--config.") :] for a in argv[1:] if a.startswith("--config.")}
 
 
 def _output_layer(m, info) -> str:
@@ -154,14 +227,19 @@ def run_header(config, run, workdir, *, start_step: int, num_params: int, argv=N
 
     argv = (_COMMAND_LINE or sys.argv) if argv is None else argv
     config_file = config_arg(argv) or "(in-process config)"
-    overrides = [a.split("=", 1)[0][2:] for a in argv[1:] if a.startswith("--config.")]
-    n = len(overrides)
+    overrides = _overrides(argv)
     m, t = config.model, config.train
+    if "attention" not in m:  # a family without attention layers (seqjax.models.registry)
+        return _family_header(config, run, workdir, start_step, num_params, config_file, overrides)
     options = from_config.attention_options(config)
-    layers = _per_layer(m.attention, int(m.num_layers), options)
+    resolved = auto_resolver(config, run)
+    layers = _per_layer(m.attention, int(m.num_layers), options, resolved)
     dec_layers = getattr(getattr(run.model, "cfg", None), "decoder_layers", None)
     if dec_layers:  # an encoder-decoder (EncoderDecoderConfig)
-        layers += f"; decoder {_per_layer(m.decoder_attention, int(dec_layers), options)}"
+        dec = _per_layer(m.decoder_attention, int(dec_layers), options, resolved)
+        layers += f"; decoder {dec}"
+    if "implementation=auto -> " in layers:  # what auto was resolved for
+        layers += f" (auto resolved for {resolved.context})"
     prov = run.provenance
     outside = {n: mod for n, mod in prov["attention"].items() if not mod.startswith("seqjax.")}
     start = "from scratch" if not start_step else f"resumed at step {start_step}"
@@ -169,9 +247,14 @@ def run_header(config, run, workdir, *, start_step: int, num_params: int, argv=N
         start = f"encoder from init_from={config.init_from}"
     evals = f"validation every {t.eval_every}" if t.eval_every else "no validation"
     saves = f"checkpoint every {t.checkpoint_every}" if t.checkpoint_every else "saved at the end"
+    tests = ""
+    if t.get("final_eval", True) and t.get("test_max_batches", 0):
+        n, bs = int(t.test_max_batches), int(t.get("eval_batch_size") or config.data.batch_size)
+        tests = (f"; test on its first {n} batches of {bs} ({n * bs} inputs at most; "
+                 "train.test_max_batches), not the whole split")  # fmt: skip
     mesh = " x ".join(f"{k}={v}" for k, v in dict(run.mesh.shape).items())
     rows = [
-        ("config", config_file + (f" + {n} override{'s' if n != 1 else ''}" if n else "")),
+        ("config", config_file + "".join(f" + {o}" for o in overrides)),
         ("task", f"{run.task.name} ({type(run.task).__module__})"),
         ("attention", layers),
         (
@@ -181,7 +264,7 @@ def run_header(config, run, workdir, *, start_step: int, num_params: int, argv=N
             f"{num_params:,} parameters, compute {model_dtype.describe(m.dtype)}",
         ),
         ("data", run.task.describe_data(config, run.info)),
-        ("steps", f"{t.num_steps:,} ({start}); {evals}, {saves}"),
+        ("steps", f"{t.num_steps:,} ({start}); {evals}, {saves}{tests}"),
         ("mesh", f"{mesh} ({run.mesh.devices.size} devices)"),
         ("workdir", str(workdir)),
     ]
@@ -189,6 +272,27 @@ def run_header(config, run, workdir, *, start_step: int, num_params: int, argv=N
         mods = ", ".join(prov["imports"]) or "-"
         regs = ", ".join(f"{n} from {mod}" for n, mod in outside.items())
         rows.append(("imports", mods + (f" ({regs})" if regs else "")))
+    return "\n".join(["seqjax run"] + [f"  {k:<10} {v}" for k, v in rows])
+
+
+def _family_header(config, run, workdir, start_step, num_params, config_file, overrides):
+    """The header of a model family without the Transformer's fields: its config's fields."""
+    import dataclasses
+
+    t, cfg = config.train, getattr(run.model, "cfg", None)
+    fields = dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else {}
+    shown = ", ".join(f"{k} {v}" for k, v in fields.items() if k != "vocab_size")
+    start = "from scratch" if not start_step else f"resumed at step {start_step}"
+    mesh = " x ".join(f"{k}={v}" for k, v in dict(run.mesh.shape).items())
+    rows = [
+        ("config", config_file + "".join(f" + {o}" for o in overrides)),
+        ("task", f"{run.task.name} ({type(run.task).__module__})"),
+        ("model", f"{config.model.get('family')}: {shown}, {num_params:,} parameters"),
+        ("data", run.task.describe_data(config, run.info)),
+        ("steps", f"{t.num_steps:,} ({start})"),
+        ("mesh", f"{mesh} ({run.mesh.devices.size} devices)"),
+        ("workdir", str(workdir)),
+    ]
     return "\n".join(["seqjax run"] + [f"  {k:<10} {v}" for k, v in rows])
 
 

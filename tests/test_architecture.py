@@ -1,5 +1,8 @@
 """The import graph of ``seqjax/`` runs one way: no circles, no import against the layer
-order written in ``docs/architecture.md`` (read from there, so it is written once)."""
+order. The order is pinned here (``ORDER``); ``docs/architecture.md`` prints it and must
+agree, so editing the document alone cannot loosen it. Imports by name with a literal
+(``importlib.import_module("seqjax.train.loop")``, or the literal prefix of an f-string) are
+followed like ``import`` statements."""
 
 from __future__ import annotations
 
@@ -12,17 +15,34 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# The layers, from the bottom up; names on one line are one layer (docs/architecture.md prints
+# the same block). A new top-level module or package is placed here *and* in the document.
+ORDER = """
+environment bench op_profile compile_cache
+attention
+decoding
+models
+convert
+data
+tasks
+console
+train
+configs
+main evaluate evaluate_icl sample translate export
+"""
+
+
+def parse_order(block: str) -> dict[str, int]:
+    """``{top-level name: layer}`` of an order block (one layer a line)."""
+    return {name: i for i, line in enumerate(block.strip().splitlines()) for name in line.split()}
+
 
 def layer_order(doc: Path) -> dict[str, int]:
     """``{top-level name: layer}`` from the ```text block after the order comment."""
     text = doc.read_text()
     found = re.search(r"<!-- the order:.*?-->\s*```text\n(.*?)```", text, re.S)
     assert found, f"{doc} has no layer order block"
-    return {
-        name: i
-        for i, line in enumerate(found.group(1).strip().splitlines())
-        for name in line.split()
-    }
+    return parse_order(found.group(1))
 
 
 def modules(root: Path) -> dict[str, Path]:
@@ -58,11 +78,31 @@ def import_graph(root: Path) -> dict[str, set[str]]:
                     up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
                     base = ".".join(up + ([node.module] if node.module else []))
                 targets = [f"{base}.{a.name}" for a in node.names] or [base]
+            targets += _by_name(node)
             for target in targets:
                 found = owner(target) if target.startswith("seqjax") else None
                 if found and found != mod:
                     graph[mod].add(found)
     return graph
+
+
+def _by_name(node) -> list[str]:
+    """The module an ``importlib.import_module`` / ``import_module`` / ``__import__`` call
+    names: its literal, or the literal prefix of an f-string (``f"seqjax.data.{x}"`` ->
+    ``seqjax.data``); [] for other nodes and computed names."""
+    if not isinstance(node, ast.Call) or not node.args:
+        return []
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    if name not in ("import_module", "__import__"):
+        return []
+    arg = node.args[0]
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return [arg.value]
+    if isinstance(arg, ast.JoinedStr) and arg.values and isinstance(arg.values[0], ast.Constant):
+        prefix = str(arg.values[0].value).rstrip(".")
+        return [prefix] if prefix.startswith("seqjax") else []
+    return []
 
 
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -117,7 +157,7 @@ def against_order(graph, order) -> list[str]:
 
 def check(root: Path) -> list[str]:
     """Every violation of ``root``'s tree, as sentences (empty: the house stands)."""
-    order = layer_order(REPO / "docs" / "architecture.md")
+    order = parse_order(ORDER)
     graph = import_graph(root)
     problems = [
         f"seqjax.{name} is not placed in the layer order of docs/architecture.md"
@@ -143,8 +183,14 @@ def test_the_checker_finds_a_circle_and_an_upward_import(tmp_path):
         "attention/b.py": "def f():\n    from seqjax.attention import a\n",
         "models/__init__.py": "",
         "models/m.py": "def g():\n    from seqjax.train import loop\n",
+        "models/n.py": "import importlib\n\n\ndef h():\n"
+        "    return importlib.import_module('seqjax.tasks.t')\n",
+        "models/o.py": "def k(x):\n    return __import__(f'seqjax.data.{x}')\n",
         "train/__init__.py": "",
         "train/loop.py": "from seqjax.models import m\n",
+        "tasks/__init__.py": "",
+        "tasks/t.py": "",
+        "data/__init__.py": "",
     }.items():
         (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
         (pkg / rel).write_text(text)
@@ -152,8 +198,16 @@ def test_the_checker_finds_a_circle_and_an_upward_import(tmp_path):
     assert any("seqjax.models.m (layer models) imports seqjax.train.loop" in p for p in problems)
     assert any("seqjax.attention.a <-> seqjax.attention.b" in p for p in problems)
     assert any("circle" in p and "seqjax.models.m" in p for p in problems)
+    assert any("seqjax.models.n (layer models) imports seqjax.tasks.t" in p for p in problems)
+    assert any("seqjax.models.o (layer models) imports seqjax.data " in p for p in problems)
+
+
+def test_the_document_prints_the_pinned_order():
+    """docs/architecture.md's block is ``ORDER``: a layer moved or added in one place only
+    fails here (edit both, deliberately)."""
+    assert layer_order(REPO / "docs" / "architecture.md") == parse_order(ORDER)
 
 
 @pytest.mark.parametrize("name", ["attention", "data", "tasks", "train"])
 def test_every_layer_is_placed(name):
-    assert name in layer_order(REPO / "docs" / "architecture.md")
+    assert name in parse_order(ORDER)

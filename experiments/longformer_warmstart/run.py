@@ -13,7 +13,9 @@ with its own tokenizer.
 
     python experiments/longformer_warmstart/run.py --config configs/_longformer_warmstart.py
 
-Writes ``results/results.json``, ``results/results.md`` and ``results/results.png``.
+Writes ``results.json``, ``results.md`` and ``results.png`` into a fresh folder,
+``workdirs/longformer_warmstart/<UTC time>/``, unless ``--out`` names one (the committed
+results: ``--out experiments/longformer_warmstart/results``).
 Legend: B batch, T length, V vocabulary.
 """
 
@@ -301,17 +303,33 @@ def plot(results: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def fresh_folder() -> Path:
+    """A new folder under ``workdirs/`` (ignored by git): a run never overwrites the
+    committed results unless ``--out`` names them."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    base = REPO / "workdirs" / "longformer_warmstart"
+    out, i = base / stamp, 1
+    while out.exists():
+        out, i = base / f"{stamp}-{i}", i + 1
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default="configs/_longformer_warmstart.py")
     ap.add_argument("--init_from", default=None, help="hf:<folder> of a RoBERTa/BERT model")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    ap.add_argument(
+        "--out", default=None, help="results folder (default: a fresh workdirs/"
+        "longformer_warmstart/<UTC time>/; the committed one: experiments/longformer_warmstart/"
+        "results)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     c = common.load_config(args.config)
     if args.init_from:
         c.init_from = args.init_from
-    out = Path(args.out)
+    out = Path(args.out) if args.out else fresh_folder()
     out.mkdir(parents=True, exist_ok=True)
+    print(f"writing the results into {out}")
     results = run(c, out)
     results["environment"] = bench.environment()  # machine, versions, commit, load
     results["config"] = c.to_dict()

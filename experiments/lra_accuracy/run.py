@@ -223,7 +223,7 @@ def _finish(c, mechanism: str, scale: str, tfds_dir: str | None, own_options: bo
     length = int(m.max_len)  # model inputs (with CLS)
     attention = lra.ROW_BY_NAME[mechanism].mechanism if mechanism in lra.ROW_BY_NAME else mechanism
     m.attention = attention
-    if attention in ("performer", "linear"):
+    if attention_lib.registry.capable(attention, "attention_dropout", False):
         m.attention_dropout_rate = 0.0  # no attention matrix to drop (as LRA's own rows)
     if own_options and mechanism == attention and attention in m.attention_options:
         return c  # the task config's own options for this mechanism

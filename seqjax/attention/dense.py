@@ -268,6 +268,7 @@ def dense_attention(q, k, v, *, implementation="auto", block_q=None, block_k=Non
         return fn(q, k, v, block_q=chunk_q, block_k=chunk_k, **kwargs)
     if implementation == "auto":
         implementation = auto_implementation(q, k, v, **kwargs)
+        registry.note_auto(implementation)
     if implementation == "reference":
         return reference_attention(q, k, v, **kwargs)
     if implementation == "chunked":
@@ -353,6 +354,13 @@ _DOCS = {
 for _name, _fn in (("dense", dense_attention), ("causal", causal_attention)):
     registry.register(
         registry.Mechanism(
-            name=_name, fn=_fn, options=("implementation", "block_q", "block_k"), doc=_DOCS[_name]
+            name=_name,
+            fn=_fn,
+            options=("implementation", "block_q", "block_k"),
+            doc=_DOCS[_name],
+            always_causal=_name == "causal",
+            decode_cache="kv",
+            context_parallel="ring",
+            kernels=(("gpu", ("cudnn", "pallas", "tokamax")), ("tpu", ("splash",))),
         )
     )

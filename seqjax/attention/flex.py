@@ -307,6 +307,8 @@ def flex_attention(
             raise ValueError(
                 "flex implementation 'splash' takes a pattern or mask_fn, not a block_mask"
             )
+        if implementation == "auto":
+            registry.note_auto("splash")
         return splash.splash_attention(
             q, k, v, head_fns=splash_fn, dropout_rate=dropout_rate, **common
         )
@@ -323,6 +325,10 @@ def flex_attention(
             raise ValueError(f"flex implementation='pallas': {why}")
         else:
             _log_kernel_fallback(why)
+    if implementation == "auto":
+        registry.note_auto(
+            "pallas" if engine is not blockwise.blockwise_attention else "blocksparse"
+        )
     table, count, _ = block_table(mask_fn if key is None else None, key, t, s, bs, bs, causal,
                                   offset)  # fmt: skip
     if score_mod is not None:
@@ -444,6 +450,28 @@ def _validate(options: dict, seq_len: int) -> None:
         raise ValueError(f"flex option block_size must be a positive integer; got {bs!r}")
 
 
+# The named patterns one-token decoding keeps in ring buffers / summary stores
+# (``seqjax.decoding.pattern_cache``; bigbird's random blocks and a mask function have none).
+CACHED_PATTERNS = ("sliding_window", "dilated", "global_tokens", "strided", "fixed")
+
+
+def _decode_cache(options: dict | None) -> str | None:
+    if options is None:
+        return "pattern"
+    if options.get("mask_fn") is not None or options.get("block_mask") is not None:
+        return None
+    return "pattern" if options.get("pattern") in CACHED_PATTERNS else None
+
+
+def _packing(options: dict) -> str | None:
+    """Packed examples would see another pattern where it is tied to absolute positions."""
+    if options.get("pattern") in (None, "bigbird", "global_tokens"):
+        what = options.get("pattern") or "a mask_fn/block_mask"
+        return (f"flex {what!r} (its pattern is tied to absolute positions of the row, so a "
+                "packed example would see another pattern)")  # fmt: skip
+    return None
+
+
 registry.register(
     registry.Mechanism(
         name="flex",
@@ -452,5 +480,12 @@ registry.register(
         validate=_validate,
         doc="any pattern: mask function or block mask on the block-sparse engines "
         "(sliding_window, dilated, global_tokens, bigbird, strided, fixed)",
+        packing=_packing,
+        packing_period=lambda options, row_len: (
+            int(options.get("stride", 1)) if options.get("pattern") == "fixed" else 1
+        ),
+        decode_cache=_decode_cache,
+        context_parallel="ring_sparse",
+        kernels=(("gpu", ("pallas",)), ("tpu", ("splash",))),
     )
 )

@@ -254,5 +254,7 @@ registry.register(
         validate=_validate,
         doc="linear attention (Katharopoulos et al. 2020): phi = elu + 1, causal in chunks "
         "(or prefix sums, chunk=0), O(1)-state decoding",
+        attention_dropout=False,
+        packing="its running sums over the row would mix the examples",
     )
 )

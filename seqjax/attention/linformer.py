@@ -282,5 +282,11 @@ registry.register(
         model_params=model_params,
         validate=validate,
         doc="low-rank E/F sequence projections n -> k (Wang et al. 2020); encoders only",
+        causal_form="it has no causal form (its projected keys mix future positions)",
+        packing="its projections E K, F V mix every position of a row, so packed examples "
+        "would attend to each other",
+        # E K and F V contract the sharded sequence axis (E sharded along it by the logical
+        # axis 'length'): per-shard products and an all-reduce, no all-gather (tested).
+        context_parallel="sharded",
     )
 )

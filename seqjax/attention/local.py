@@ -101,5 +101,8 @@ registry.register(
         options=OPTIONS,
         validate=_validate,
         doc="LRA block-local attention: non-overlapping blocks of block_len (a flex pattern)",
+        packing_period=lambda options, row_len: int(options.get("block_len", DEFAULT_BLOCK_LEN)),
+        decode_cache="pattern",
+        context_parallel="ring_sparse",
     )
 )

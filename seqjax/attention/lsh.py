@@ -449,5 +449,10 @@ registry.register(
         options=OPTIONS,
         validate=_validate,
         doc="Reformer LSH attention (Kitaev et al. 2020): shared QK, multi-round hashing",
+        packing="its hash buckets are sorted and chunked over the whole row, so the other "
+        "examples change which keys a query sees",
+        decode_cache="lsh",
+        context_parallel_refusal="LSH attention sorts every position of the sequence into "
+        "hash buckets, so each device would need the whole sequence's keys",
     )
 )

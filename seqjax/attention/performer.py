@@ -249,5 +249,7 @@ registry.register(
         decode_state=performer_decode,
         doc="Performer FAVOR+ (Choromanski et al. 2021): positive orthogonal random "
         "features, causal in chunks (or prefix sums, chunk=0), O(1)-state decoding",
+        attention_dropout=False,
+        packing="its running sums over the row would mix the examples",
     )
 )

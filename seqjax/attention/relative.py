@@ -241,5 +241,10 @@ registry.register(
         validate=_validate,
         doc="Transformer-XL relative positional attention over [memory; segment] (Dai et al. "
         "2019); reference | blockwise | auto",
+        memory_model="Transformer-XL's relative attention needs its recurrent memory model",
+        packing="Transformer-XL's memory carries the previous segment's states into the next",
+        context_parallel_refusal="Transformer-XL's relative attention shifts position scores "
+        "across the whole segment and attends to a memory of earlier segments, neither of "
+        "which is split along the sequence",
     )
 )

@@ -59,7 +59,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from seqjax.attention import blockwise, numerics
+from seqjax.attention import blockwise, numerics, registry
 from seqjax.attention import masks as masks_lib
 
 log = logging.getLogger(__name__)
@@ -350,34 +350,19 @@ def ring_attention(
     return fn(*args, rng)
 
 
-# Why a mechanism cannot run on a sequence-sharded model (config validation refuses it when
-# config.mesh.sequence > 1, before anything compiles).
-_REFUSALS = {
-    "lsh": "LSH attention sorts every position of the sequence into hash buckets, so each "
-    "device would need the whole sequence's keys",
-    "relative": "Transformer-XL's relative attention shifts position scores across the whole "
-    "segment and attends to a memory of earlier segments, neither of which is split along "
-    "the sequence",
-}
-# dense/causal run as ring or all-to-all attention; Linformer runs sequence-sharded as it is:
-# its projections E K and F V contract the sharded sequence axis (E is sharded along it by
-# the logical axis 'length'), which the SPMD partitioner turns into per-shard products and
-# an all-reduce (the psum of per-shard projections), no all-gather (tested).
-# The block-sparse and flex patterns run on the ring with their empty steps skipped
-# (``seqjax.attention.ring_sparse``).
-RING_MECHANISMS = ("dense", "causal")
-RING_SPARSE_MECHANISMS = ("sparse_strided", "sparse_fixed", "flex", "local")
-SEQUENCE_PARALLEL_MECHANISMS = (*RING_MECHANISMS, "linformer", *RING_SPARSE_MECHANISMS)
+# How each mechanism runs on a sequence-sharded model, or why it cannot, is declared where it
+# is registered (``Mechanism.context_parallel`` / ``context_parallel_refusal``; config
+# validation refuses the others when config.mesh.sequence > 1, before anything compiles):
+# dense/causal run as ring or all-to-all attention ("ring"); Linformer runs sequence-sharded as
+# it is ("sharded"); the block-sparse and flex patterns run on the ring with their empty steps
+# skipped ("ring_sparse": ``seqjax.attention.ring_sparse``).
 SEQUENCE_PARALLEL_IMPLEMENTATIONS = ("auto", "ring", "ulysses")
 
 
 def refusal(mechanism: str) -> str | None:
     """One sentence on why ``mechanism`` cannot run with ``mesh.sequence > 1`` (None if it
-    can: ``SEQUENCE_PARALLEL_MECHANISMS``)."""
-    if mechanism in SEQUENCE_PARALLEL_MECHANISMS:
-        return None
-    why = _REFUSALS.get(mechanism, "it has no sequence-parallel implementation")
-    return f"attention {mechanism!r} cannot run with config.mesh.sequence > 1: {why}."
+    can: ``registry.context_parallel_refusal``)."""
+    return registry.context_parallel_refusal(mechanism)
 
 
 def config_problems(
@@ -415,7 +400,7 @@ def config_problems(
 def sparse_config_problems(names, *, length: int, n: int, positional: str) -> list[str]:
     """Problems of the block-sparse/flex layers ``names`` on a ``sequence`` axis of ``n``
     devices (``ring_sparse``; one sentence each, config validation prefixes the field)."""
-    used = [nm for nm in names if nm in RING_SPARSE_MECHANISMS]
+    used = [nm for nm in names if registry.capable(nm, "context_parallel", "ring_sparse")]
     if n <= 1 or not used:
         return []
     out = []

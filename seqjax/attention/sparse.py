@@ -323,6 +323,7 @@ def sparse_attention(
         splash_ok = dropout_rate == 0.0 and score_mod is None
         kernel = {"gpu": "pallas", "tpu": "splash" if splash_ok else None}.get(backend)
         opts["implementation"] = kernel or "blocksparse"
+        registry.note_auto(opts["implementation"])
     if opts["implementation"] == "splash":
         layout = patterns.head_layout(
             kind, h, opts["stride"], opts["c"], head_mode=opts["head_mode"],
@@ -369,6 +370,11 @@ def _validator(kind: str):
     return validate
 
 
+def _fixed_period(options: dict, row_len) -> int:
+    """The fixed pattern's summary columns sit at absolute multiples of its stride."""
+    return int(options.get("stride") or auto_stride(row_len()))
+
+
 for _fn, _kind, _doc in (
     (sparse_strided, "strided", "Sparse Transformer strided pattern (Child et al. 2019, §4.2)"),
     (sparse_fixed, "fixed", "Sparse Transformer fixed pattern (Child et al. 2019, §4.3)"),
@@ -380,5 +386,9 @@ for _fn, _kind, _doc in (
             options=OPTIONS,
             validate=_validator(_kind),
             doc=f"{_doc}; blocksparse | masked",
+            packing_period=_fixed_period if _kind == "fixed" else None,
+            stride_option="stride",
+            decode_cache="pattern",
+            context_parallel="ring_sparse",
         )
     )

@@ -48,8 +48,8 @@ __all__ = ["Architecture", "Imported", "load", "save", "tokenizer", "HFTokenizer
 # Fields of a seqjax config that are run-time choices, not part of any layout: ``save`` does
 # not compare them with the config the written ``config.json`` implies.
 RUNTIME_FIELDS = frozenset({
-    "attention", "encoder_attention", "decoder_attention", "dropout_rate",
-    "attention_dropout_rate", "dtype", "remat", "ff_chunk_size", "max_len",
+    "attention", "encoder_attention", "decoder_attention", "dtype", "remat",
+    "ff_chunk_size", "max_len",
     "cross_attention_implementation", "max_source_len", "max_target_len",
 })  # fmt: skip
 
@@ -67,6 +67,8 @@ class Imported:
       unused: Hugging Face tensors the model has no place for (e.g. BERT's pooler).
       initialized: seqjax parameter trees the file has no tensors for, initialised (seed 0):
         a bare ``BertModel``'s masked-LM head.
+      max_len: the longest input the model takes (``Architecture.max_length``: an imported
+        RoBERTa's 128 of its 130 position rows, the first 2 sitting before position 0).
     """
 
     arch: str
@@ -76,6 +78,7 @@ class Imported:
     hf_config: dict
     unused: list
     initialized: list = dataclasses.field(default_factory=list)
+    max_len: int | None = None
 
 
 def family(hf_cfg: dict, where: str = "config.json") -> str:
@@ -133,7 +136,8 @@ def load(path, *, max_len: int | None = None) -> Imported:
     unused = sorted(set(tensors) - used)
     if unused:
         logging.info("convert.load(%s): %d tensors unused, e.g. %s", path, len(unused), unused[0])
-    return Imported(arch.name, cfg, model, params, hf_cfg, unused, sorted(absent))
+    return Imported(arch.name, cfg, model, params, hf_cfg, unused, sorted(absent),
+                    arch.max_length(cfg))  # fmt: skip
 
 
 def _without_absent_optional(arch, rs, tensors, abstract):
@@ -157,14 +161,16 @@ def _initialise(model, inputs, params: dict, roots) -> dict:
     return {**params, **{r: jax.tree.map(np.asarray, fresh[r]) for r in sorted(roots)}}
 
 
-def save(path, arch: str, cfg, params) -> Path:
+def save(path, arch: str, cfg, params, *, source=None) -> Path:
     """Exports seqjax ``params`` of a model in family ``arch``'s layout (``cfg`` such as
     ``load`` returns, or a seqjax config built with the same options) to a Hugging Face
     folder that ``transformers`` loads (``from_pretrained``) and ``load`` reads back.
 
     The config must be expressible in that layout: ``cfg`` is compared with the config the
     written ``config.json`` implies, and the first differing field raises a ``ValueError``
-    naming it and both values.
+    naming it and both values. ``source``: the Hugging Face folder the model was imported
+    from (or its ``config.json`` dict): its special token ids, tokenizer files and
+    ``generation_config.json`` are written with the weights (``folder.write_folder``).
     """
     layout = registry.get(arch)
     hf = layout.hf_config(cfg)
@@ -184,4 +190,4 @@ def save(path, arch: str, cfg, params) -> Path:
                 f"needs {want!r}"
             )
     tensors = mapping.to_hf(layout.rules(cfg, None, None), params)
-    return folder.write_folder(path, hf, tensors)
+    return folder.write_folder(path, hf, tensors, source=source)

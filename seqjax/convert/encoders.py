@@ -13,8 +13,13 @@ weights), tied output embedding. Neither scales token lookups by sqrt(E)
 
 from __future__ import annotations
 
+import logging
+
 from seqjax.convert import mapping as m
 from seqjax.models.transformer import TransformerConfig, TransformerLM
+
+# transformers' default dropout (BertConfig, GPT2Config, T5Config) when config.json omits it.
+HF_DROPOUT = 0.1
 
 # Hugging Face ``hidden_act`` / ``activation_function`` -> ``TransformerConfig.activation``.
 HF_ACTIVATIONS = {
@@ -85,6 +90,8 @@ def bert_config(hf: dict, roberta: bool, max_len: int | None = None) -> Transfor
         embed_norm=True,
         type_vocab_size=hf.get("type_vocab_size", 2),
         position_offset=pad + 1 if roberta else 0,
+        dropout_rate=hf.get("hidden_dropout_prob", HF_DROPOUT),
+        attention_dropout_rate=hf.get("attention_probs_dropout_prob", HF_DROPOUT),
     )
 
 
@@ -174,6 +181,11 @@ def gpt2_config(hf: dict, max_len: int | None = None) -> TransformerConfig:
         if hf.get(field, ok) != ok:
             raise ValueError(f"config.json {field}={hf[field]!r} is not supported; valid: [{ok}]")
     e = hf.get("n_embd", 768)
+    resid = hf.get("resid_pdrop", HF_DROPOUT)
+    embd = hf.get("embd_pdrop", HF_DROPOUT)
+    if embd != resid:  # seqjax has one rate for both
+        logging.warning("convert: GPT-2 embd_pdrop=%s is not carried; seqjax drops the "
+                        "embeddings at resid_pdrop=%s", embd, resid)  # fmt: skip
     return TransformerConfig(
         vocab_size=hf["vocab_size"],
         num_layers=hf.get("n_layer", 12),
@@ -188,6 +200,8 @@ def gpt2_config(hf: dict, max_len: int | None = None) -> TransformerConfig:
         activation=activation(hf.get("activation_function", "gelu_new"), "activation_function"),
         attention_bias=True,
         embed_scale=False,
+        dropout_rate=resid,
+        attention_dropout_rate=hf.get("attn_pdrop", HF_DROPOUT),
     )
 
 
@@ -208,6 +222,8 @@ def gpt2_hf_config(cfg: TransformerConfig) -> dict:
         "resid_pdrop": cfg.dropout_rate,
         "embd_pdrop": cfg.dropout_rate,
         "attn_pdrop": cfg.attention_dropout_rate,
+        # GPT-2's <|endoftext|> is its last id; an exported source's own ids replace these
+        # (``convert.save(..., source=folder)``).
         "bos_token_id": cfg.vocab_size - 1,
         "eos_token_id": cfg.vocab_size - 1,
     }

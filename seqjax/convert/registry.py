@@ -37,6 +37,12 @@ def token_ids(cfg) -> tuple:
     return (jnp.ones((1, 4), jnp.int32),)
 
 
+def learned_length(cfg) -> int:
+    """The longest input a learned position table takes: its rows after
+    ``position_offset`` (an imported RoBERTa: 130 rows, offset 2 -> 128)."""
+    return int(cfg.max_len) - int(getattr(cfg, "position_offset", 0))
+
+
 def source_and_target_ids(cfg) -> tuple:
     """Source and target ``[1, 4]`` rows: the inputs of an encoder-decoder."""
     return token_ids(cfg) * 2
@@ -71,6 +77,11 @@ class Architecture:
       export_ignores: config fields ``save`` does not compare with the layout (beyond the
         run-time ones every layout ignores: attention, dropout, dtype, ...).
       family: the seqjax model family it builds (``seqjax.models.registry``), if registered.
+      max_length: ``cfg -> the longest input`` the imported model takes (``Imported.max_len``;
+        default ``learned_length``: the learned position rows after ``position_offset``).
+      spm_prefix, spm_suffix: the SentencePiece pieces a folder with only a SentencePiece
+        model (no ``tokenizer.json``) puts before / after one text (T5: ``("</s>",)`` after,
+        as ``T5Tokenizer`` appends it); ``convert.tokenizer`` adds them.
     """
 
     name: str
@@ -86,6 +97,9 @@ class Architecture:
     optional: tuple[str, ...] = ()
     export_ignores: tuple[str, ...] = ()
     family: str | None = None
+    max_length: Callable[[Any], int] = learned_length
+    spm_prefix: tuple[str, ...] = ()
+    spm_suffix: tuple[str, ...] = ()
 
     def prefix(self, tensor_names: Iterable[str]) -> str | None:
         """The encoder's name prefix in a file with these tensors (None: not found / none)."""

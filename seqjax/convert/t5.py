@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from seqjax.convert import mapping as m
-from seqjax.convert.encoders import SX_ACTIVATIONS, activation
+from seqjax.convert.encoders import HF_DROPOUT, SX_ACTIVATIONS, activation
 from seqjax.models.encoder_decoder import EncoderDecoder
 from seqjax.models.encoder_decoder_config import EncoderDecoderConfig
 
@@ -33,6 +33,7 @@ def t5_config(hf: dict, max_len: int | None = None) -> EncoderDecoderConfig:
         act_name = "gelu_new"
     length = max_len or hf.get("n_positions", 512)
     tied = hf.get("tie_word_embeddings", True)
+    dropout = hf.get("dropout_rate", HF_DROPOUT)  # T5 drops attention probabilities with it too
     return EncoderDecoderConfig(
         vocab_size=hf["vocab_size"],
         encoder_layers=hf["num_layers"],
@@ -57,6 +58,8 @@ def t5_config(hf: dict, max_len: int | None = None) -> EncoderDecoderConfig:
         attention_scale=1.0,
         embed_scale=False,
         rescale_tied_output=hf.get("scale_decoder_outputs", tied),
+        dropout_rate=dropout,
+        attention_dropout_rate=dropout,
     )
 
 

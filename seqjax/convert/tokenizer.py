@@ -1,7 +1,7 @@
 """A Hugging Face folder's tokenizer as the data vocabulary, so the ids the model was
-trained on reach it: ``tokenizer.json`` through the ``tokenizers`` package (``pip install
-tokenizers``; in the ``test`` extra), else a SentencePiece model (``spiece.model``, T5;
-``sentencepiece.bpe.model``) through ``sentencepiece``.
+trained on reach it: ``tokenizer.json`` through the ``tokenizers`` package (a dependency
+of seqjax: ``pip install -e .`` installs it), else a SentencePiece model (``spiece.model``,
+T5; ``sentencepiece.bpe.model``) through ``sentencepiece``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,14 @@ class HFTokenizer:
         if (p / "tokenizer_config.json").is_file():
             special = json.loads((p / "tokenizer_config.json").read_text())
         if (p / "tokenizer.json").is_file():
-            from tokenizers import Tokenizer
+            try:
+                from tokenizers import Tokenizer
+            except ImportError:
+                raise ImportError(
+                    f"reading {p / 'tokenizer.json'} needs the tokenizers package, a seqjax "
+                    "dependency: install seqjax with pip install -e . (or pip install "
+                    '"tokenizers>=0.22.1,<1")'
+                ) from None
 
             self._tok = Tokenizer.from_file(str(p / "tokenizer.json"))
             self.kind = "tokenizers"
@@ -42,16 +49,37 @@ class HFTokenizer:
             self.vocab_size = self._tok.get_piece_size()
             ids = {s: self._tok.piece_to_id(s) for s in ("<pad>", "<mask>")}
             ids = {s: (i if self._tok.id_to_piece(i) == s else None) for s, i in ids.items()}
+            self._around = _special_pieces(p, self._tok)
         self.pad_id = _first(ids, special.get("pad_token"), "[PAD]", "<pad>")
         self.mask_id = _first(ids, special.get("mask_token"), "[MASK]", "<mask>")
 
     def encode(self, text: str) -> list[int]:
-        if self.kind == "tokenizers":
+        if self.kind == "tokenizers":  # its post-processor adds the special tokens
             return list(self._tok.encode(text).ids)
-        return list(self._tok.encode(text))
+        before, after = self._around
+        return [*before, *self._tok.encode(text), *after]
 
     def decode(self, ids) -> str:
         return self._tok.decode([int(i) for i in ids])
+
+
+def _special_pieces(folder: Path, spm) -> tuple[list[int], list[int]]:
+    """The ids a SentencePiece-only folder's tokenizer puts around one text, as its
+    architecture declares them (``convert.registry.Architecture.spm_prefix/spm_suffix``: T5's
+    ``</s>`` after it, as ``T5Tokenizer`` appends); none without a ``config.json`` naming a
+    registered architecture."""
+    from seqjax.convert import registry
+
+    try:
+        arch = registry.for_hf_config(json.loads((folder / "config.json").read_text()))
+    except (OSError, ValueError):
+        return [], []
+
+    def ids(pieces):
+        found = [(piece, spm.piece_to_id(piece)) for piece in pieces]
+        return [i for piece, i in found if spm.id_to_piece(i) == piece]
+
+    return ids(arch.spm_prefix), ids(arch.spm_suffix)
 
 
 def _first(ids: dict, preferred, *names):

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 import numpy as np
 import tensorflow_datasets as tfds
 
-from seqjax.data import listops, pipeline, registry, sources, store, subword
+from seqjax.data import hf_vocab, listops, pipeline, registry, sources, store, subword
 from seqjax.data.corpora import _CorpusBuilder
 
 
@@ -255,19 +255,32 @@ def encode_reviews(vocab: subword.SentencePieceVocab, texts, labels) -> SubwordR
     return SubwordReviews(ids, offsets, np.asarray(labels, np.uint8))
 
 
-def encoded_path(vocab: subword.SentencePieceVocab, split: str) -> str:
+def encoded_path(vocab, split: str, key=None) -> str:
     """The split's encoded reviews beside the model, named by the builder version (which
-    fixes the review order) and the model's sha256 (a retrained model re-encodes)."""
-    stem = vocab.path.removesuffix(".model")
+    fixes the review order) and the model's sha256 (a retrained model re-encodes); a Hugging
+    Face tokenizer's (`hf_vocab.HFVocab`) under the data_dir, by the tokenizer's sha256."""
+    if isinstance(vocab, hf_vocab.HFVocab):
+        stem = os.path.join(key.data_dir, "seqjax_hf_encoded", key.tfds_name, "reviews")
+        os.makedirs(os.path.dirname(stem), exist_ok=True)
+    else:
+        stem = vocab.path.removesuffix(".model")
     return f"{stem}.{split}-v{SeqjaxImdbBytes.VERSION}-{vocab.fingerprint[:12]}.npz"
+
+
+def _vocab_of(model_file: str):
+    """A SentencePiece model file, or `hf:<folder>` (a Hugging Face tokenizer)."""
+    if hf_vocab.is_hf(model_file):
+        return hf_vocab.HFVocab(model_file[len(hf_vocab.PREFIX) :])
+    return subword.SentencePieceVocab(model_file)
 
 
 @functools.lru_cache(maxsize=4)
 def load_reviews(key, split: str, model_file: str) -> SubwordReviews:
-    """A split's `SubwordReviews` (encoded and written on first use; read once per process)."""
+    """A split's `SubwordReviews` (encoded and written on first use; read once per process);
+    `model_file` a SentencePiece model or `hf:<folder>`."""
 
-    vocab = subword.SentencePieceVocab(model_file)
-    path = encoded_path(vocab, split)
+    vocab = _vocab_of(model_file)
+    path = encoded_path(vocab, split, key)
     if not os.path.isfile(path):
         with sources.prepare_lock(os.path.dirname(path), "sentencepiece_encode"):
             if not os.path.isfile(path):
@@ -275,7 +288,7 @@ def load_reviews(key, split: str, model_file: str) -> SubwordReviews:
                 texts, labels = _split_reviews(key, split)
                 reviews = encode_reviews(vocab, texts, labels)
                 logging.info("imdb_bytes/%s: %d reviews encoded with %s in %.1f s", split,
-                             len(texts), os.path.basename(model_file),
+                             len(texts), os.path.basename(model_file.rstrip("/")),
                              time.perf_counter() - t0)  # fmt: skip
                 tmp = f"{path}.tmp{os.getpid()}.npz"
                 np.savez(tmp, ids=reviews.ids_N, offsets=reviews.offsets_R1,
@@ -344,6 +357,14 @@ def _info(cfg) -> dict:
         vocab = imdb_vocab(cfg, key)
         vocab_size, enc, dec = vocab.size, vocab.encode, vocab.decode
         fields.update(subword.spm_fields(vocab))
+    elif hf_vocab.is_hf(cfg.vocab):  # a warm start's tokenizer (padding must be id 0)
+        vocab = _vocab_of(cfg.vocab)
+        if vocab.pad_id not in (0, None):
+            raise sources.DataError(
+                f"config.data.vocab={cfg.vocab!r}: its tokenizer pads with id {vocab.pad_id}, "
+                "but imdb_bytes pads with id 0; use a checkpoint whose pad id is 0 (BERT)"
+            )
+        vocab_size, enc, dec = vocab.size, vocab.encode, vocab.decode
     else:  # bytes + 1 (257 ids)
         vocab_size, enc, dec = 257, imdb_encode, imdb_decode
     return dict(
@@ -374,6 +395,11 @@ def _make(cfg, split: str, train: bool, layout: tuple):
         load_reviews(key, tfds_split, vocab.path)  # encoded here, once
         src, offset = SubwordSource(key, tfds_split, vocab.path), 0
         spec.update(vocab=f"sentencepiece_{subword.options_of(cfg).tag}")
+    elif hf_vocab.is_hf(cfg.vocab):  # a Hugging Face tokenizer, likewise
+        vocab = _vocab_of(cfg.vocab)
+        load_reviews(key, tfds_split, cfg.vocab)
+        src, offset = SubwordSource(key, tfds_split, cfg.vocab), 0
+        spec.update(vocab=vocab.tag)
     maker = pipeline.Classification(
         src, n, length, offset, int(cfg.seed) if train else None, *layout
     )
@@ -401,7 +427,7 @@ registry.register(
         task="classification",
         info=_info,
         make=_make,
-        vocabs=("bytes", "sentencepiece"),
+        vocabs=("bytes", "sentencepiece", "hf"),
         builder=SeqjaxImdbBytes,
         default_max_len=4096,  # LRA Text 4K (1K: config.data.max_len=1024)
         subword_options=True,

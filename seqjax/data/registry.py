@@ -29,7 +29,7 @@ KINDS = {
     "translation": "sentence pairs (seq2seq)",
     "generated": "sequences generated from the config (no files)",
 }
-VOCABS = ("bytes", "chars", "sentencepiece", "words")
+VOCABS = ("bytes", "chars", "sentencepiece", "words", "hf")  # "hf": the value is "hf:<folder>"
 
 # The data sets that ship with seqjax, imported on first use (each module registers itself).
 BUILTIN = (

@@ -15,7 +15,7 @@ import os
 import numpy as np
 import tensorflow_datasets as tfds
 
-from seqjax.data import corpora, registry, source_stamp, sources, subword
+from seqjax.data import corpora, hf_vocab, registry, source_stamp, sources, subword
 from seqjax.data import vocab as vocab_lib
 from seqjax.data import words as words_lib
 
@@ -141,6 +141,8 @@ def vocab(key: DatasetKey, kind):
     """
     if kind == "bytes":
         return vocab_lib.Vocab("bytes")
+    if hf_vocab.is_hf(kind):  # config.data.vocab='hf:<folder>' (a warm start's tokenizer)
+        return hf_vocab.HFVocab(kind[len(hf_vocab.PREFIX) :])
     if isinstance(kind, subword.SpmOptions):
         path = subword.model_path(
             key.data_dir, key.tfds_name, key.config_name, metadata(key)["fingerprint"], kind

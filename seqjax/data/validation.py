@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numbers
 
-from seqjax.data import objectives, packing, registry, subword
+from seqjax.data import hf_vocab, objectives, packing, registry, subword
 
 
 def _is_int(x) -> bool:
@@ -18,7 +18,16 @@ def _is_int(x) -> bool:
 
 def _vocab_problems(cfg, ds, bad) -> None:
     vocab = cfg.get("vocab")
-    if vocab not in registry.VOCABS:
+    if hf_vocab.is_hf(vocab):  # a Hugging Face folder's tokenizer (seqjax.data.hf_vocab)
+        if hf_vocab.KIND not in ds.vocabs:
+            valid = " or ".join(repr(v) for v in ds.vocabs if v != hf_vocab.KIND)
+            bad("vocab", vocab, f"{valid} for {ds.name} (it cannot read a Hugging Face "
+                "tokenizer's ids)")  # fmt: skip
+        elif problem := hf_vocab.folder_problem(vocab):
+            bad("vocab", vocab, f"'hf:<folder>' naming a Hugging Face folder with its tokenizer "
+                f"({problem})")  # fmt: skip
+        return
+    if vocab not in registry.VOCABS or vocab == hf_vocab.KIND:
         bad("vocab", vocab, " or ".join(repr(v) for v in registry.VOCABS))
     elif vocab == "words" and "words" not in ds.vocabs:
         corpora = ", ".join(registry.names("corpus"))
@@ -79,6 +88,10 @@ def config_problems(cfg) -> list[tuple[str, object, str]]:
         bad("max_len", cfg.max_len, "None/0 (the data set's default) or a positive integer")
     if not _is_int(cfg.get("seed")) or not 0 <= cfg.seed < 2**32:
         bad("seed", cfg.get("seed"), "an integer 0 <= seed < 2**32")
-    for field, value, valid in objectives.mlm_problems(cfg) + packing.problems(cfg):
+    # Packing is judged against a valid objective only (an unknown one has its own line).
+    known = (cfg.get("objective") or "") in objectives.OBJECTIVES
+    for field, value, valid in objectives.mlm_problems(cfg) + (
+        packing.problems(cfg) if known else []
+    ):
         bad(field, value, valid)
     return problems

@@ -48,6 +48,7 @@ import jax.numpy as jnp
 
 from seqjax.attention import lsh as lsh_lib
 from seqjax.attention import numerics
+from seqjax.attention import registry as attention_registry
 
 
 def settings(options: dict, length: int) -> dict:
@@ -182,7 +183,8 @@ def model_exact(layer_attention, num_layers: int, max_len: int) -> tuple[bool, s
     """
     for i in range(num_layers - 1):
         name, options = layer_attention(i)
-        if name == "lsh" and settings(dict(options), max_len)["chunk"] < max_len:
+        lsh = attention_registry.decode_cache(name, options) == "lsh"
+        if lsh and settings(dict(options), max_len)["chunk"] < max_len:
             return False, (
                 f"LSH layer {i} is not the last and its chunk_len < max_len={max_len}: its "
                 "sorted chunks move as the prefix grows, so a cache cannot reproduce the "

@@ -53,12 +53,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from seqjax.attention import flex, local, numerics
+from seqjax.attention import registry as attention_registry
 from seqjax.attention import sparse as sparse_lib
 from seqjax.attention import sparse_patterns as patterns
 
-SPARSE = ("sparse_strided", "sparse_fixed")
-FLEX_PATTERNS = ("sliding_window", "dilated", "global_tokens", "strided", "fixed")
-MECHANISMS = ("flex", "local", *SPARSE)
+# The flex patterns with a cache here (flex declares them: ``flex.CACHED_PATTERNS``).
+FLEX_PATTERNS = flex.CACHED_PATTERNS
 # Buffers whose slot for position i is never read at step i with an older position (the
 # strided store: slot = position; the summary store: the current block is masked there).
 STORES = ("store", "summary", "sink")
@@ -94,17 +94,11 @@ class Plan:
 
 def supports(mechanism: str, options: dict | None = None) -> bool:
     """Whether causal ``mechanism`` with ``options`` has a cache here (``options=None``:
-    whether some configuration of it does, e.g. any ``flex`` named pattern but bigbird)."""
-    if mechanism in ("local", *SPARSE):
-        return True
-    if mechanism != "flex":
+    whether some configuration of it does, e.g. any ``flex`` named pattern but bigbird), as
+    the mechanism declares it (``Mechanism.decode_cache="pattern"``)."""
+    if attention_registry.find(mechanism) is None:
         return False
-    if options is None:
-        return True
-    options = dict(options)
-    if options.get("mask_fn") is not None or options.get("block_mask") is not None:
-        return False
-    return options.get("pattern") in FLEX_PATTERNS
+    return attention_registry.decode_cache(mechanism, options) == "pattern"
 
 
 def _ring(size: int, keep: Callable | None = None):

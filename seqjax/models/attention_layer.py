@@ -25,23 +25,15 @@ from seqjax.decoding import lsh_cache, pattern_cache
 Dtype = Any
 
 
-# Mechanisms whose one-token-at-a-time KV-cache decoding equals the full causal forward.
-KV_CACHE_MECHANISMS = ("dense", "causal")
-
-
 def cache_kind(mechanism: str, options=None) -> str | None:
     """The decoding cache of causal ``mechanism`` with ``options`` (None: of some
     configuration of it): ``"kv"`` (dense family), ``"recurrent"`` (``decode_state``:
     linear, performer), ``"pattern"`` (ring buffers / summary stores: local, sparse_strided,
     sparse_fixed, flex's named patterns but bigbird), ``"lsh"``, or None (no cache: the
-    prefix is recomputed)."""
-    if mechanism in KV_CACHE_MECHANISMS:
-        return "kv"
-    if attention_lib.spec(mechanism).decode_state is not None:
-        return "recurrent"
-    if pattern_cache.supports(mechanism, None if options is None else dict(options)):
-        return "pattern"
-    return "lsh" if mechanism == "lsh" else None
+    prefix is recomputed), as the mechanism declares it (``attention.registry.decode_cache``)."""
+    return attention_lib.registry.decode_cache(
+        mechanism, None if options is None else dict(options)
+    )
 
 
 def decodes_with_cache(mechanism: str, options=None) -> bool:
@@ -149,7 +141,7 @@ class MultiHeadAttention(nn.Module):
       dtype: compute dtype; parameters are ``param_dtype``.
       decode: autoregressive decoding with a cache ("cache" collection), one token per
         call; causal attention only, of a mechanism with a cache (``cache_kind``): a KV
-        cache (dense family, ``KV_CACHE_MECHANISMS``), a recurrent state (``decode_state``:
+        cache (dense family, ``decode_cache="kv"``), a recurrent state (``decode_state``:
         linear, performer, kept as ``recurrent_state``), ring buffers and summary stores
         (local, sparse_strided, sparse_fixed, flex's named patterns but bigbird; kept as
         ``buffers``, ``seqjax.decoding.pattern_cache``) or LSH's sorted-chunk cache
@@ -195,6 +187,11 @@ class MultiHeadAttention(nn.Module):
     use_bias: bool = False
     scale: float = 0.0
     qkv_bias: bool = True
+
+    @property
+    def _always_causal(self) -> bool:
+        """The mechanism has no bidirectional form (``Mechanism.always_causal``)."""
+        return attention_lib.spec(self.mechanism).always_causal
 
     def _proj_module(self, name: str) -> HeadsProjection:
         bias = self.use_bias and self.qkv_bias
@@ -242,7 +239,7 @@ class MultiHeadAttention(nn.Module):
         self_cache = self.decode and not self.cross_attention
         cross_cache = self.decode and self.cross_attention
         if self_cache:
-            check_decodable(self.mechanism, self.causal or self.mechanism == "causal", options)
+            check_decodable(self.mechanism, self.causal or self._always_causal, options)
         x_kv_BSE = x_BTE if x_kv_BSE is None else x_kv_BSE
         q_BTHD = self._proj("query", x_BTE)
         if cross_cache:
@@ -294,7 +291,7 @@ class MultiHeadAttention(nn.Module):
                 k_pos = q_pos if self_cache and t == s else jnp.arange(s)[None]
                 k_BSHD = score_mod_lib.apply_rope(k_BSHD, k_pos, self.rope_base)
             return q_BTHD, k_BSHD
-        causal = self.causal or self.mechanism == "causal"
+        causal = self.causal or self._always_causal
         if self.positional == "alibi":
             kwargs["score_mod"] = score_mod_lib.alibi(
                 self.num_heads, causal=causal, q_offset=q_offset

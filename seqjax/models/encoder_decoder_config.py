@@ -15,15 +15,19 @@ from seqjax.models.transformer import DTYPES, TransformerConfig, attention_cycle
 PAD_ID = 0
 # "t5_bias": no absolute positions, T5's relative bias in every self-attention layer.
 POSITIONALS = ("sinusoidal", "learned", "t5_bias")
-# Mechanisms an encoder-decoder stack cannot use, with the reason (config errors).
-_NOT_IN_ENCODER = {
-    "causal": "it masks the future, and the encoder is bidirectional (use 'dense')",
-    "relative": "Transformer-XL's relative attention needs its recurrent memory model",
-}
-_NOT_IN_DECODER = {
-    "linformer": "it has no causal form (its projected keys mix future positions)",
-    "relative": "Transformer-XL's relative attention needs its recurrent memory model",
-}
+
+
+def _refusal(field: str, name: str) -> str | None:
+    """Why stack ``field`` ("encoder_attention" / "decoder_attention") cannot use mechanism
+    ``name``, from its declared capabilities (``attention.registry.Mechanism``); None: it can."""
+    mech = attention_lib.spec(name)
+    if mech.memory_model is not None:  # needs a recurrent memory model, not this one
+        return mech.memory_model
+    if field == "encoder_attention" and mech.always_causal:
+        return "it masks the future, and the encoder is bidirectional (use 'dense')"
+    if field == "decoder_attention" and mech.causal_form is not True:
+        return mech.causal_form
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,19 +135,20 @@ class EncoderDecoderConfig:
                 "Sublayer(x)) has no inverse; valid: norm_position='pre' with reversible"
             )
         stacks = (
-            ("encoder_attention", _NOT_IN_ENCODER, self.max_source_len),
-            ("decoder_attention", _NOT_IN_DECODER, self.max_target_len),
+            ("encoder_attention", self.max_source_len),
+            ("decoder_attention", self.max_target_len),
         )
-        for field, refused, length in stacks:
+        for field, length in stacks:
             cycle = getattr(self, field)
             if not cycle:
                 raise ValueError(f"model.{field} names no mechanism")
-            valid = [n for n in attention_lib.names() if n not in refused]
+            valid = [n for n in attention_lib.names() if _refusal(field, n) is None]
             for name, options in cycle:
                 mech = attention_lib.spec(name)
-                if name in refused:
+                why = _refusal(field, name)
+                if why is not None:
                     raise ValueError(
-                        f"model.{field}: {name!r} cannot be used here: {refused[name]}; "
+                        f"model.{field}: {name!r} cannot be used here: {why}; "
                         f"valid mechanisms: {valid}"
                     )
                 try:

@@ -89,6 +89,7 @@ TRANSFORMER = registry.register(
             "GPT2LMHeadModel",
         ),  # fmt: skip
         train_module=_transformer_train_module,
+        block_of=from_config.transformer_block,
     )
 )
 

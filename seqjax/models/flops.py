@@ -113,7 +113,8 @@ def train_flops_per_step(
     Lookup-only tables: learned positions, and the token table unless ``tied_output`` (it
     is also the output projection: an LM with ``tie_embeddings``; the task says,
     ``seqjax.tasks.Task.flops_per_step``). Attention is counted dense (``12 L T S H Q``) for
-    every mechanism, so a sparse model's MFU is its dense-equivalent utilization.
+    every mechanism, so a sparse model's MFU is its dense-equivalent utilization. A model
+    config without attention fields (another family) counts ``6 N`` per token for all N.
 
     A memory of ``mem_len`` positions (Transformer-XL, Dai et al. 2019 §3.2-3.3) adds what
     runs for it: each query sees ``S = T + M`` keys; the keys and values of the memory are
@@ -122,6 +123,8 @@ def train_flops_per_step(
     (``6 L T S H Q``) and ``W_R`` projects ``S`` positions, not ``T`` tokens.
     """
     num_params = sum(int(x.size) for x in jax.tree.leaves(params))
+    if not hasattr(model_cfg, "num_heads"):  # a family without attention layers (an RNN)
+        return 6.0 * num_params * seq_len * batch_size  # every parameter in a matmul
     d = model_cfg.d_model
     width = model_cfg.num_heads * model_cfg.dim_head
     lookup = model_cfg.max_len * d if model_cfg.positional == "learned" else 0

@@ -50,7 +50,43 @@ def transformer_config(config, info, *, causal: bool, num_classes: int = 0) -> T
         pad_id=info.pad_id,
         axial_shape=tuple(getattr(info, "image_shape", None) or ()),
         **_positional_and_adaptive(m),
+        **layout_options(m),
     )
+
+
+# ``TransformerConfig``'s options for imported checkpoints, read from ``config.model.layout``
+# (``seqjax.train.hf_start`` writes it from a Hugging Face folder; absent: seqjax's layout).
+LAYOUT_FIELDS = ("norm_position", "norm_type", "norm_eps", "activation", "mlp_gated",
+                 "mlp_bias", "attention_bias", "attention_scale", "embed_scale", "embed_norm",
+                 "type_vocab_size", "position_offset")  # fmt: skip
+
+
+def layout_options(m) -> dict:
+    """``config.model.layout`` as ``TransformerConfig`` keyword arguments (unknown keys are
+    one sentence listing ``LAYOUT_FIELDS``)."""
+    layout = m.get("layout") or {}
+    layout = dict(layout.to_dict() if hasattr(layout, "to_dict") else layout)
+    unknown = sorted(set(layout) - set(LAYOUT_FIELDS))
+    if unknown:
+        raise ValueError(
+            f"model.layout.{unknown[0]} is not a layout option; valid: {', '.join(LAYOUT_FIELDS)}"
+        )
+    return layout
+
+
+def transformer_block(cfg: TransformerConfig) -> dict:
+    """The ``config.model`` fields that rebuild ``cfg`` with ``transformer_config`` (the
+    ``transformer`` family's ``block_of``): sizes, positions, output layer, dropout and
+    the layout options that differ from seqjax's own in ``layout``."""
+    block = {f: getattr(cfg, f) for f in ("num_layers", "num_heads", "d_model", "head_dim",
+             "d_ff", "max_len", "positional", "tie_embeddings", "dropout_rate",
+             "attention_dropout_rate")}  # fmt: skip
+    default = TransformerConfig(vocab_size=1)
+    block["layout"] = {f: getattr(cfg, f) for f in LAYOUT_FIELDS
+                       if getattr(cfg, f) != getattr(default, f)}  # fmt: skip
+    names = [name for name, _ in cfg.attention]
+    block["attention"] = ",".join(names)
+    return block
 
 
 def _positional_and_adaptive(m) -> dict:

@@ -23,7 +23,6 @@ Dtype = Any
 
 # The attention layer and its decoding caches live in attention_layer.py (re-exported).
 from seqjax.models.attention_layer import (  # noqa: E402, F401
-    KV_CACHE_MECHANISMS,
     HeadsOutput,
     HeadsProjection,
     MultiHeadAttention,

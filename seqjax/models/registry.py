@@ -68,6 +68,9 @@ class Family:
       hf_architectures: Hugging Face ``architectures`` names that import into it.
       train_module: ``(config, model_cfg, *, task) -> module`` of the module that trains when
         it differs from the evaluated one (None: ``modules[task]``).
+      block_of: ``model_cfg -> {config.model field: value}``, the inverse of
+        ``build_config`` for the fields a checkpoint fixes (``config.init_from=hf:<folder>``
+        fills the job config with them); None: the family cannot start from one.
     """
 
     name: str
@@ -80,6 +83,7 @@ class Family:
     common_checks: bool = True
     hf_architectures: tuple[str, ...] = ()
     train_module: Callable[..., Any] | None = None
+    block_of: Callable[[Any], dict] | None = None
 
     @property
     def tasks(self) -> tuple[str, ...]:

@@ -76,7 +76,10 @@ class TransformerConfig:
       embed_norm: a norm (``ln_embed``) on the embedding sum (BERT, Devlin et al. 2019 §3).
       type_vocab_size: BERT's token-type (segment) embeddings (``type_embed``), 0 = none;
         the ids come from ``token_types_BT`` (default all 0).
-      position_offset: learned positions start at this row (RoBERTa: pad id + 1).
+      position_offset: learned positions start at this row (RoBERTa: pad id + 1); with a
+        ``pad_id`` the positions count the row's non-pad tokens and pads take row
+        ``position_offset - 1`` (RoBERTa's, fairseq ``make_positions``), so left or right
+        padding leaves the real tokens' positions as they are alone.
     """
 
     vocab_size: int
@@ -185,7 +188,7 @@ def attention_cycle(names: str, options_by_name: Any = None) -> tuple:
     """
     options_by_name = options_by_name or {}
     cycle = []
-    for name in [n.strip() for n in names.split(",") if n.strip()]:
+    for name in attention_lib.registry.parse(names):
         attention_lib.spec(name)  # clear error for unknown names
         opts = options_by_name.get(name) if hasattr(options_by_name, "get") else None
         cycle.append(
@@ -266,7 +269,7 @@ class Encoder(nn.Module):
         cfg = self.cfg
         if self.decode:
             for name, _ in dict.fromkeys(cfg.attention):
-                layers.check_decodable(name, self.causal or name == "causal")
+                layers.check_decodable(name, self.causal or attention_lib.spec(name).always_causal)
         embed = adaptive_embedding(cfg) if cfg.adaptive else layers.token_embedding(cfg)
         x_BTE = embed.embed(tokens_BT) if cfg.adaptive else embed(tokens_BT)
         if prefix_BPE is not None:  # e.g. a CLS vector prepended by the classifier
@@ -275,7 +278,12 @@ class Encoder(nn.Module):
             where_BT, vec_E = overlay
             x_BTE = jnp.where(where_BT[..., None], vec_E.astype(x_BTE.dtype)[None, None], x_BTE)
         t = x_BTE.shape[1]
-        if positions_BT is None:
+        given = positions_BT is not None
+        if not given and cfg.position_offset and cfg.pad_id is not None and not self.decode:
+            real_BT = tokens_BT != cfg.pad_id  # a prefix (CLS vector) counts as real
+            real_BT = jnp.pad(real_BT, ((0, 0), (t - real_BT.shape[1], 0)), constant_values=True)
+            positions_BT = jnp.cumsum(real_BT, axis=1) * real_BT - 1
+        elif not given:
             positions_BT = jnp.arange(t)[None, :]
             if self.decode:
                 pos = self.variable("cache", "position", lambda: jnp.zeros((), jnp.int32))
@@ -286,6 +294,14 @@ class Encoder(nn.Module):
             table = jnp.asarray(layers.sinusoidal_positions(cfg.max_len, cfg.d_model))
             x_BTE = x_BTE + table[positions_BT]
         elif cfg.positional == "learned":
+            usable, offset = cfg.max_len - cfg.position_offset, cfg.position_offset
+            if t > usable and not given and not self.decode and not self.is_initializing():
+                before = f", the first {offset} before position 0" if offset else ""
+                raise ValueError(
+                    f"the input has {t} positions but the learned position table holds "
+                    f"{usable} (model.max_len={cfg.max_len} rows{before}); shorten the input "
+                    "to at most that"
+                )
             table = self.param(
                 "pos_embed",
                 nn.with_logical_partitioning(nn.initializers.normal(0.02), ("length", "embed")),

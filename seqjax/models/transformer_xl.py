@@ -215,7 +215,9 @@ def _validate(config, bad) -> None:
     if d.get("lm_batching") != "stream":
         bad("data.lm_batching", d.get("lm_batching"),
             '"stream" for model.kind="transformer_xl" (each row continues its text)')  # fmt: skip
-    if [n.strip() for n in str(m.attention).split(",") if n.strip()] != ["relative"]:
+    from seqjax.attention import registry as attention_registry
+
+    if attention_registry.parse(m.attention) != ["relative"]:
         bad("model.attention", m.attention, '"relative" for model.kind="transformer_xl"')
     if m.positional != "none":
         bad("model.positional", m.positional,

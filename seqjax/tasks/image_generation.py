@@ -26,8 +26,18 @@ import math
 
 from seqjax.tasks import base, registry
 
-SPARSE = ("sparse_strided", "sparse_fixed")
 MAX_SAMPLE_IMAGES = 64
+
+
+class _StridedPatterns:
+    """``name in SPARSE``: whether ``name``'s period is its ``stride`` option (asked of the
+    attention registry: ``Mechanism.stride_option``), which defaults to one image row."""
+
+    def __contains__(self, name) -> bool:
+        return _stride_option(name) == "stride"
+
+
+SPARSE = _StridedPatterns()
 
 
 def _spec(config):
@@ -37,7 +47,17 @@ def _spec(config):
 
 
 def _names(config) -> list[str]:
-    return [n.strip() for n in str(config.model.attention).split(",") if n.strip()]
+    from seqjax.attention import registry as attention_registry
+
+    return attention_registry.parse(config.model.attention)
+
+
+def _stride_option(name: str) -> str | None:
+    """The option of ``name`` that sets its pattern's period (one image row by default)."""
+    from seqjax.attention import registry as attention_registry
+
+    mech = attention_registry.find(name)
+    return mech.stride_option if mech is not None else None
 
 
 def causal_problem(name: str, options: dict) -> str | None:
@@ -86,9 +106,10 @@ class ImageGeneration(base.Task):
                 bad("model.attention", m.attention,
                     f"causal mechanisms only for image generation (each sub-pixel is predicted "
                     f"from the previous ones), and {name!r} has no causal form")  # fmt: skip
-            stride = (options.get(name, {}) or {}).get("stride") if name in SPARSE else None
+            key = _stride_option(name)
+            stride = (options.get(name, {}) or {}).get(key) if key else None
             if stride is not None and (not isinstance(stride, int) or stride < 1 or row % stride):
-                bad(f"model.attention_options.{name}.stride", stride,
+                bad(f"model.attention_options.{name}.{key}", stride,
                     f"a divisor of the image row, {row} sub-pixels (width x channels) of "
                     f"{config.data.name}; None = the row (Child et al. 2019 §4.1)")  # fmt: skip
         n = config.train.sample_length

@@ -81,7 +81,8 @@ class LanguageModel(base.Task):
 
         m, t = config.model, config.train
         recurrent = memory.kinds().get(memory.kind(config)) is not None
-        if not recurrent and t.sample_length and t.sample_length > m.max_len:
+        max_len = m.get("max_len")  # None: a family without a position limit
+        if not recurrent and t.sample_length and max_len and t.sample_length > max_len:
             bad("train.sample_length", t.sample_length, f"<= model.max_len={m.max_len}")
         chunk = t.get("xent_chunk")
         if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int)
@@ -161,13 +162,18 @@ class LanguageModel(base.Task):
 
     def flops_per_step(self, run) -> float:
         """PaLM's ``6 N T + 12 L T^2 d`` per window; a tied token table is the logits matmul."""
+        from seqjax.attention import registry as attention_registry
         from seqjax.models import flops
 
         m = run.config.model
-        relative = any(name == "relative" for name, _ in run.model_cfg.attention)
+        cycle = getattr(run.model_cfg, "attention", ())  # none: a family without attention
+        relative = any(  # Transformer-XL's relative scores over [memory; segment]
+            attention_registry.spec(name).memory_model is not None for name, _ in cycle
+        )
+        tied = bool(getattr(run.model_cfg, "tie_embeddings", False))
         return flops.train_flops_per_step(
             run.model_cfg, run.abstract["params"], batch_size=run.config.data.batch_size,
-            seq_len=self.input_length(run.config), tied_output=run.model_cfg.tie_embeddings,
+            seq_len=self.input_length(run.config), tied_output=tied,
             mem_len=int(m.get("mem_len") or 0) if run.recurrence else 0, relative=relative,
         )  # fmt: skip
 
@@ -175,8 +181,9 @@ class LanguageModel(base.Task):
         from seqjax.tasks import inputs
 
         n_prompt = len(run.info.encode(prompt))
+        max_len = getattr(run.model_cfg, "max_len", None)  # None: a family without one
         inputs.check_window(
-            n_prompt, length, int(run.model_cfg.max_len), run.recurrence is not None
+            n_prompt, length, int(max_len or n_prompt + length), run.recurrence is not None
         )
 
     def sample(

@@ -63,11 +63,14 @@ class MaskedLanguageModel(base.Task):
             bad("model.kind", kind,
                 "'transformer' with data.objective='mlm' (masked LM needs a bidirectional "
                 "encoder; a recurrent kind is a causal decoder)")  # fmt: skip
-        names = [n.strip() for n in str(config.model.attention).split(",") if n.strip()]
-        if "causal" in names:
+        from seqjax.attention import registry as attention_registry
+
+        names = attention_registry.parse(config.model.attention)
+        causal = [n for n in names if attention_registry.capable(n, "always_causal")]
+        if causal:
             bad("model.attention", config.model.attention,
-                "bidirectional mechanisms with data.objective='mlm' ('causal' always hides "
-                "the right context a masked token is predicted from)")  # fmt: skip
+                f"bidirectional mechanisms with data.objective='mlm' ({causal[0]!r} always "
+                "hides the right context a masked token is predicted from)")  # fmt: skip
         packing_checks.model_problems(config, bad)  # mechanisms that cannot honour segments
         head = config.model.get("mlm_head_transform", True)
         adaptive = (config.model.get("adaptive") or {}).get("enabled", False)

@@ -8,21 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from seqjax.attention import local, sparse
+from seqjax.attention import registry as attention_registry
 from seqjax.data import registry as data_registry
 from seqjax.models import memory
 from seqjax.tasks import registry
-
-# Mechanisms (config.model.attention) that cannot honour segment_ids, and why.
-NO_SEGMENTS = {
-    "linformer": "its projections E K, F V mix every position of a row, so packed examples "
-    "would attend to each other",
-    "relative": "Transformer-XL's memory carries the previous segment's states into the next",
-    "linear": "its running sums over the row would mix the examples",
-    "performer": "its running sums over the row would mix the examples",
-    "lsh": "its hash buckets are sorted and chunked over the whole row, so the other examples "
-    "change which keys a query sees",
-}
 
 
 def refusal(config) -> str | None:
@@ -32,19 +21,19 @@ def refusal(config) -> str | None:
     if memory.kinds().get(kind) is not None:
         return (f"False with model.kind={kind!r} (the recurrent memory crosses example "
                 "boundaries)")  # fmt: skip
-    names = [n.strip() for n in str(config.model.attention).split(",") if n.strip()]
-    if data_registry.task_of(config.data) == "seq2seq":  # the decoder's self-attention too
-        names += [n.strip() for n in str(config.model.get("decoder_attention") or "").split(",")]
-    for name in names:
-        if name in NO_SEGMENTS:
-            return f"False with model.attention={name!r} ({NO_SEGMENTS[name]})"
-        if name == "flex":
-            opts = _options(config, name)
-            if opts.get("pattern") in (None, "bigbird", "global_tokens"):
-                what = opts.get("pattern") or "a mask_fn/block_mask"
-                return (f"False with flex {what!r} (its pattern is tied to absolute positions "
-                        "of the row, so a packed example would see another pattern)")  # fmt: skip
+    for name in _names(config):
+        why = attention_registry.packing_refusal(name, _options(config, name))
+        if why:
+            return f"False with {why}"
     return None
+
+
+def _names(config) -> list[str]:
+    """The mechanisms of the model's attention (and a seq2seq decoder's self-attention)."""
+    names = attention_registry.parse(config.model.attention)
+    if data_registry.task_of(config.data) == "seq2seq":  # the decoder's self-attention too
+        names += attention_registry.parse(config.model.get("decoder_attention") or "")
+    return names
 
 
 def _options(config, name: str) -> dict:
@@ -56,20 +45,11 @@ def alignment(config) -> int:
     """The period packed examples must start at a multiple of for the model's mechanisms to
     see each example as if alone (1: translation-invariant mechanisms)."""
     period = 1
-    names = [n.strip() for n in str(config.model.attention).split(",") if n.strip()]
-    if data_registry.task_of(config.data) == "seq2seq":  # the decoder's self-attention too
-        names += [n.strip() for n in str(config.model.get("decoder_attention") or "").split(",")]
-    for name in names:
-        opts = _options(config, name)
-        if name == "local":
-            p = int(opts.get("block_len", local.DEFAULT_BLOCK_LEN))
-        elif name == "sparse_fixed":
-            p = int(opts.get("stride") or sparse.auto_stride(_row_len(config)))
-        elif name == "flex" and opts.get("pattern") == "fixed":
-            p = int(opts.get("stride", 1))
-        else:
-            p = 1
-        period = int(np.lcm(period, max(p, 1)))
+    for name in _names(config):
+        p = attention_registry.packing_period(
+            name, _options(config, name), lambda: _row_len(config)
+        )
+        period = int(np.lcm(period, p))
     return period
 
 

@@ -37,10 +37,9 @@ from absl import logging
 from seqjax.decoding import lsh_cache
 from seqjax.decoding.samplers import check_sampling, sample_logits
 from seqjax.models import TransformerLM
-from seqjax.models.attention_layer import KV_CACHE_MECHANISMS, cache_kind
+from seqjax.models.attention_layer import cache_kind
 from seqjax.models.transformer_xl import TransformerXL
 
-CACHED_MECHANISMS = KV_CACHE_MECHANISMS
 DECODING_MODES = ("auto", "cache", "recompute")
 _FORCED = contextvars.ContextVar("seqjax_decoding", default=None)
 
@@ -72,6 +71,8 @@ def decoding_mode(model_cfg, decoding: str = "auto") -> tuple[str, str]:
     _check_mode(decoding)
     if decoding == "recompute":
         return "recompute", "decoding='recompute' was asked for"
+    if not hasattr(model_cfg, "layer_attention"):  # another model family (its own module)
+        return "recompute", f"{type(model_cfg).__name__} declares no decoding cache"
     if not model_cfg.causal:
         return "recompute", "the model is bidirectional (model.causal=False)"
     kinds = {}
@@ -105,6 +106,7 @@ def generate(
     top_p: float = 1.0,
     seed=0,
     decoding: str | None = None,
+    model=None,
 ) -> np.ndarray:
     """Samples ``length`` tokens after ``prompt_P``.
 
@@ -119,6 +121,8 @@ def generate(
       seed: sampling seed.
       decoding: ``DECODING_MODES`` (``decoding_mode``); None: ``"auto"`` unless a
         ``forced_decoding`` block says otherwise.
+      model: the LM module (default ``TransformerLM(model_cfg)``; another family's module
+        recomputes the prefix, called with ``mask_BT`` as ``prefix_logits`` does).
 
     Returns:
       int32 ``[N]`` generated ids.
@@ -128,7 +132,8 @@ def generate(
     mode, why = decoding_mode(model_cfg, decoding)
     logging.info("decoding: %s (%s)", mode, why)
     prompt_P = np.asarray(prompt_P, np.int32).reshape(-1)
-    p, n, max_len = len(prompt_P), int(length), model_cfg.max_len
+    p, n = len(prompt_P), int(length)
+    max_len = getattr(model_cfg, "max_len", None) or p + n  # no max_len: any length
     if p < 1:
         raise ValueError("prompt must encode to at least one token")
     if p + n > max_len:
@@ -140,8 +145,12 @@ def generate(
         return np.zeros((0,), np.int32)
     rng = jax.random.PRNGKey(seed)
     buf_L = jnp.zeros((max_len,), jnp.int32).at[:p].set(prompt_P)
-    fn = _generate_cached if mode == "cache" else _generate_windowed
-    out = fn(model_cfg, params, buf_L, p, n, float(temperature), rng, top_k, float(top_p))
+    if mode == "cache":
+        out = _generate_cached(model_cfg, params, buf_L, p, n, float(temperature), rng, top_k,
+                               float(top_p))  # fmt: skip
+    else:
+        out = _generate_windowed(model_cfg, params, buf_L, p, n, float(temperature), rng, top_k,
+                                 float(top_p), model=model)  # fmt: skip
     return np.asarray(out)
 
 
@@ -190,10 +199,12 @@ def _generate_cached(model_cfg, params, buf_L, p, n, temperature, rng, top_k=0, 
     return run(params, buf_L, rng)
 
 
-def _generate_windowed(model_cfg, params, buf_L, p, n, temperature, rng, top_k=0, top_p=1.0):
+def _generate_windowed(
+    model_cfg, params, buf_L, p, n, temperature, rng, top_k=0, top_p=1.0, model=None
+):
     """No cache: recompute the prefix for each new token (any mechanism), conditioned on
     exactly the prefix (``prefix_logits``)."""
-    model = TransformerLM(model_cfg)
+    model = TransformerLM(model_cfg) if model is None else model
 
     @jax.jit
     def run(params, buf_L, rng):
@@ -328,5 +339,6 @@ def sample_text(
             top_k=top_k,
             top_p=top_p,
             seed=seed,
+            model=None if isinstance(run.model, TransformerLM) else run.model,
         )
     return run.info.decode(out)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import os
 
 import jax
 import orbax.checkpoint as ocp
@@ -28,11 +29,30 @@ def _reason(e: BaseException) -> str:
     (``OUT_OF_RANGE: Error reading "params..." ...``), not Orbax's wrapper around it, whose
     message runs for pages (``Encountered error while reading array index ...``)."""
     seen = {id(e)}
-    while (inner := e.__cause__ or e.__context__) is not None and id(inner) not in seen:
+    # ``raise ... from None`` ends the chain (json's JSONDecodeError hides a StopIteration: 0).
+    while (inner := e.__cause__ or (None if e.__suppress_context__ else e.__context__)) is not None:
+        if id(inner) in seen:
+            break
         seen.add(id(inner))
         e = inner
     lines = str(e).strip().splitlines()
     return f"{type(e).__name__}: {lines[0][:300] if lines else ''}".rstrip(": ")
+
+
+def reason(step_dir, e: BaseException) -> str:
+    """Why the checkpoint in ``step_dir`` did not restore: an emptied file of it, named
+    (an empty ``data/metadata`` otherwise reads as a JSON error of no file), else
+    ``_reason(e)``."""
+    empty = []
+    for parent, _, names in os.walk(os.fspath(step_dir)):  # local folders (gs://: none)
+        for name in names:
+            path = os.path.join(parent, name)
+            if os.path.isfile(path) and os.path.getsize(path) == 0:
+                empty.append(path)
+    empty.sort()
+    if empty:
+        return f"{empty[0]} is empty (0 bytes)"
+    return _reason(e)
 
 
 TMP_SUFFIX = ".orbax-checkpoint-tmp"
@@ -120,15 +140,15 @@ class Checkpointer:
             try:
                 state, data_state = self.restore(step, abstract_state)
             except Exception as e:  # any failure to read means the step is unusable
-                reason = _reason(e)
+                why = reason(self.directory / str(step), e)
                 logging.warning("checkpoint: step %d in %s does not restore (%s)",
-                                step, self.directory, reason)  # fmt: skip
-                skipped.append((step, reason))
+                                step, self.directory, why)  # fmt: skip
+                skipped.append((step, why))
                 continue
-            for bad, reason in skipped if jax.process_index() == 0 else ():
+            for bad, why in skipped if jax.process_index() == 0 else ():
                 where = self.move_aside(bad)
                 logging.warning("checkpoint: skipped step %d (%s); moved it to %s and resumed "
-                                "from step %d", bad, reason, where, step)  # fmt: skip
+                                "from step %d", bad, why, where, step)  # fmt: skip
             if skipped:
                 if jax.process_count() > 1:  # the others reload after process 0 moved them
                     from jax.experimental import multihost_utils
@@ -137,7 +157,7 @@ class Checkpointer:
                 self.manager.reload()
             return step, state, data_state
         if skipped:
-            lines = "\n  - ".join(f"step {s}: {r}" for s, r in skipped)
+            lines = "\n  - ".join(f"step {s}: {why}" for s, why in skipped)
             raise CheckpointError(
                 f"no checkpoint in {self.directory} restores:\n  - {lines}\n"
                 "If the config changed the model, use a new --workdir (or the old config); "

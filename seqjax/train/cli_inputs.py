@@ -79,7 +79,10 @@ def restore(restore_fn, workdir: str, step: int | None, imports=()):
         except Exception as e:  # a damaged step: try the next older one
             from seqjax.train import checkpoint
 
-            failures.append(f"step {s}: {checkpoint._reason(e)}")
+            if not failures:  # a config that cannot build fails every step alike: say so
+                _check_saved_config(workdir)
+            step_dir = paths.workdir_path(workdir) / "checkpoints" / str(s)
+            failures.append(f"step {s}: {checkpoint.reason(step_dir, e)}")
             continue
         for line in failures:
             print(f"warning: skipped checkpoint {line}", file=sys.stderr, flush=True)
@@ -88,3 +91,26 @@ def restore(restore_fn, workdir: str, step: int | None, imports=()):
         f"no checkpoint in {paths.workdir_path(workdir) / 'checkpoints'} restores: "
         + "; ".join(failures)
     )
+
+
+def _check_saved_config(workdir: str) -> None:
+    """``InputError`` naming ``config.json``'s invalid fields and their valid values (a file
+    edited by hand: ``model.dtype='float33'``), checked as the tools restore it (one
+    device). Called only once a restore has failed: a saved config that builds is never
+    refused here."""
+    import ml_collections
+
+    from seqjax.train import config_validation, setup
+
+    config = setup.load_config(workdir)
+    config.mesh = ml_collections.ConfigDict({"data": 1, "fsdp": 1, "tensor": 1})
+    try:
+        config_validation.validate(config, num_devices=1, process_count=1)
+    except config_validation.ConfigError as e:
+        problems = str(e).split(":", 1)[1].strip()
+        raise InputError(
+            f"{paths.workdir_path(workdir) / 'config.json'} (the run's config) is invalid, "
+            f"so no checkpoint can be restored with it: {problems}"
+        ) from None
+    except Exception:  # noqa: BLE001 - a check that cannot run leaves the checkpoints' reasons
+        return

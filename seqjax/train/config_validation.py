@@ -15,7 +15,8 @@ import numbers
 import jax
 
 from seqjax import attention as attention_lib
-from seqjax import tasks
+from seqjax import compile_cache, tasks
+from seqjax.attention import registry as attention_registry
 from seqjax.attention import ring
 from seqjax.data import api as data_api
 from seqjax.data import registry as data_registry
@@ -27,10 +28,6 @@ from seqjax.train import optim, sharding
 
 class ConfigError(ValueError):
     """A config field is wrong; the message names each bad field and the valid values."""
-
-
-def _mechanism_names(spec: str) -> list[str]:
-    return [n.strip() for n in str(spec).split(",") if n.strip()]
 
 
 def input_length(config) -> int:
@@ -54,8 +51,12 @@ def validate(config, *, num_devices: int | None = None, process_count: int | Non
       process_count: processes (default ``jax.process_count()``).
     """
     errors: list[str] = []
+    reported: set[tuple[str, str]] = set()
 
     def bad(field: str, value, valid: str) -> None:
+        if (field, repr(value)) in reported:  # once (a task's model probe meets it again)
+            return
+        reported.add((field, repr(value)))
         errors.append(f"config.{field}={value!r} is invalid; valid: {valid}")
 
     task = tasks.for_data_config(config.data)  # None: an unknown data set (reported)
@@ -89,7 +90,7 @@ class _Context:
     @property
     def names(self) -> list[str]:
         """The mechanisms of ``model.attention`` (none for a family without the field)."""
-        return _mechanism_names(self.config.model.get("attention") or "")
+        return attention_registry.parse(self.config.model.get("attention") or "")
 
     @property
     def options(self):
@@ -130,9 +131,10 @@ def _model_stage(ctx, bad, errors) -> None:
     valid_names = ", ".join(attention_lib.names())
     if not ctx.names:
         bad("model.attention", m.attention, f"a name or comma-separated cycle of: {valid_names}")
-    for name in ctx.names:
-        if name not in attention_lib.names():
-            bad("model.attention", m.attention, f"names from: {valid_names} (unknown {name!r})")
+    unknown = [name for name in ctx.names if name not in attention_lib.names()]
+    if unknown:
+        listed = ", ".join(map(repr, dict.fromkeys(unknown)))
+        bad("model.attention", m.attention, f"names from: {valid_names} (unknown {listed})")
     for key in ctx.options:
         if key not in attention_lib.names():
             bad(f"model.attention_options.{key}", "...", f"a mechanism name: {valid_names}")
@@ -164,7 +166,7 @@ def _model_stage(ctx, bad, errors) -> None:
     for field in ("dropout_rate", "attention_dropout_rate"):
         if not 0.0 <= m[field] < 1.0:
             bad(f"model.{field}", m[field], "0 <= rate < 1")
-    kernelized = [n for n in ctx.names if n in ("performer", "linear")]
+    kernelized = [n for n in ctx.names if attention_registry.capable(n, "attention_dropout", False)]
     if kernelized and m.attention_dropout_rate:
         bad("model.attention_dropout_rate", m.attention_dropout_rate,
             f"0 with model.attention {kernelized[0]!r} (a kernelized attention has no "
@@ -179,8 +181,12 @@ def _data_stage(ctx, bad, errors) -> None:
     if not ctx.known_data or ctx.task is None:
         return
     length = input_length(ctx.config)
-    if "max_len" in m and length > m.max_len:
-        bad(ctx.task.length_field, length, f"<= model.max_len={m.max_len} (or raise model.max_len)")
+    offset = _position_offset(m)
+    if "max_len" in m and length > m.max_len - offset:
+        bad(ctx.task.length_field, length,
+            f"<= model.max_len={m.max_len} (or raise model.max_len)" if not offset else
+            f"<= {m.max_len - offset}, the learned positions of model.max_len={m.max_len} rows "
+            f"less model.layout.position_offset={offset} (an imported RoBERTa's)")  # fmt: skip
     if m.get("ff_chunk_size") and length % m.ff_chunk_size:
         bad("model.ff_chunk_size", m.ff_chunk_size, f"a divisor of the input length {length}")
     for name in ctx.names:
@@ -191,6 +197,15 @@ def _data_stage(ctx, bad, errors) -> None:
         except ValueError as e:
             errors.append(f"config.model.attention_options.{name} with input length "
                           f"{length} (config.data.seq_len/max_len): {e}")  # fmt: skip
+
+
+def _position_offset(m) -> int:
+    """Learned-table rows before position 0 (``model.layout.position_offset``: RoBERTa's)."""
+    layout = m.get("layout") or {}
+    if m.get("positional") != "learned" or not hasattr(layout, "get"):
+        return 0
+    offset = layout.get("position_offset", 0)
+    return offset if isinstance(offset, int) and offset > 0 else 0
 
 
 def _mesh_stage(ctx, bad, errors) -> None:
@@ -231,15 +246,17 @@ def _mesh_stage(ctx, bad, errors) -> None:
 def _sequence_parallel_problems(ctx, sp: int, tp: int, bad, errors) -> None:
     m, names = ctx.config.model, ctx.names
     errors.extend(
-        f"config.mesh.sequence={sp}: {why}" for why in filter(None, map(ring.refusal, names))
+        f"config.mesh.sequence={sp}: {why}"
+        for why in filter(None, map(attention_registry.context_parallel_refusal, names))
     )
     length = input_length(ctx.config) if ctx.known_data else 0
-    if "linformer" in names and length % sp:
-        bad("mesh.sequence", sp, f"a divisor of the input length {length} (linformer)")
+    for name in dict.fromkeys(names):  # run as they are: the shards must split the length
+        if attention_registry.capable(name, "context_parallel", "sharded") and length % sp:
+            bad("mesh.sequence", sp, f"a divisor of the input length {length} ({name})")
     errors.extend(f"config.mesh.sequence={sp}: {why}" for why in
                   ring.sparse_config_problems(names, length=length, n=sp,
                                               positional=m.positional))  # fmt: skip
-    for name in (nm for nm in names if nm in ring.RING_MECHANISMS):
+    for name in (nm for nm in names if attention_registry.capable(nm, "context_parallel", "ring")):
         impl = dict(ctx.options.get(name, {}) or {}).get("implementation", "auto")
         errors.extend(f"config.mesh.sequence={sp} with config.model.attention_options."
                       f"{name}.implementation={impl!r}: {why}"
@@ -287,6 +304,12 @@ def _train_stage(ctx, bad, errors) -> None:
         bad("train.log_every", t.log_every, "a positive integer")
     if not isinstance(t.max_to_keep, int) or t.max_to_keep < 1:
         bad("train.max_to_keep", t.max_to_keep, "a positive integer")
+    chunk = t.get("xent_chunk")  # every task, whether or not its loss reads it (LM: again)
+    if chunk is not None and (not _is_int(chunk) or chunk < 0):
+        bad("train.xent_chunk", chunk, "None (auto), 0 (plain logits) or tokens per chunk > 0")
+    cache_problem = compile_cache.setting_problem(t.get("compilation_cache", "auto"))
+    if cache_problem:
+        bad("train.compilation_cache", t.get("compilation_cache"), cache_problem)
     try:
         flops.parse_profile_steps(t.get("profile_steps", ""))
     except ValueError as e:
@@ -363,7 +386,7 @@ def _values_stage(ctx, bad, errors: list) -> None:
     heads = m.num_heads
     head_dim = m.head_dim or m.d_model // heads
     causal = task.causal
-    for name in dict.fromkeys(_mechanism_names(m.attention)):
+    for name in dict.fromkeys(attention_registry.parse(m.attention)):
         mech = attention_lib.spec(name)
         if mech.module_params or mech.model_params or mech.shared_qk:
             continue  # those check their option values with their own validate hook

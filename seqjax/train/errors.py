@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import sys
 import traceback
 from pathlib import Path
@@ -85,6 +86,45 @@ def disk_full_message(e: BaseException, workdir: str | None) -> str | None:
     return None
 
 
+# A file system that turned read-only (a remounted or failing volume) or a workdir whose
+# permissions changed under the run.
+_UNWRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
+# ``... local file "PATH": Failed to open: "PATH2": Read-only file system [os_error_code='30']``
+_TENSORSTORE_OS_ERROR = re.compile(r'"([^"]+)"[^"]*: ([^:\[\]"]+) \[os_error_code=\'(\d+)\'\]')
+
+
+def _inside(path, workdir: str | None) -> bool:
+    if not workdir or not path:
+        return False
+    try:
+        p, w = os.path.realpath(os.fsdecode(path)), os.path.realpath(workdir)
+    except (TypeError, ValueError):
+        return False
+    return p == w or p.startswith(w.rstrip(os.sep) + os.sep)
+
+
+def unwritable_message(e: BaseException, workdir: str | None) -> str | None:
+    """A sentence when ``e`` (or its cause) is a write into ``workdir`` refused by the file
+    system: read-only (``EROFS``, anywhere) or not permitted (``EACCES``/``EPERM`` on a path
+    inside the workdir)."""
+    for x in _chain(e):
+        if isinstance(x, OSError) and x.errno in _UNWRITABLE:
+            code, strerror, filename = x.errno, x.strerror, x.filename
+        else:  # TensorStore's errors (Orbax's array writes) carry the OS error as text
+            found = _TENSORSTORE_OS_ERROR.search(str(x))
+            if not found or int(found.group(3)) not in _UNWRITABLE:
+                continue
+            filename, strerror, code = found.group(1), found.group(2), int(found.group(3))
+        if code != errno.EROFS and not _inside(filename, workdir):
+            continue
+        where = f" ({strerror}: {filename})" if filename else f" ({strerror})"
+        return (
+            f"the workdir {workdir} cannot be written any more{where}; {_kept(workdir)}. "
+            "Make the workdir writable again, then rerun the same command to resume"
+        )
+    return None
+
+
 def message(e: BaseException, workdir: str | None = None) -> tuple[str, int] | None:
     """``(sentence, exit status)`` for an error the user can fix, None for a bug."""
     from seqjax.train import loop
@@ -93,7 +133,7 @@ def message(e: BaseException, workdir: str | None = None) -> tuple[str, int] | N
         return str(e), 3
     if isinstance(e, _user_error_types()):
         return str(e), 2
-    full = disk_full_message(e, workdir)
+    full = disk_full_message(e, workdir) or unwritable_message(e, workdir)
     if full:
         return full, 2
     return None

@@ -89,6 +89,7 @@ class Evaluator:
             train=False,
         )
         total = it.num_steps if not max_batches else min(max_batches, it.num_steps)
+        done = 0
         sums = self._zero_sums()
         bar = tqdm(
             total=total,
@@ -105,11 +106,14 @@ class Evaluator:
                         break
                     with jax.transfer_guard_host_to_device("allow"):  # on purpose
                         batch = sharding.global_batch(local, self.run.mesh)
-                    sums, memory = self._step(params, sums, memory, batch)
+                    sums, memory = sharding.settle(self._step(params, sums, memory, batch))
+                    done += 1
                     bar.update(1)
         finally:
             bar.close()
             it.close()  # grain's threads and worker processes
+        # What this evaluation covered (``train.test_max_batches`` may cut a split short).
+        self.last_batches = {"evaluated_batches": done, "split_batches": it.num_steps}
         sums = jax.device_get(sums)
         task = self.run.task
         summary = task.eval_summary(sums, config)

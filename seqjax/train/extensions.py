@@ -141,7 +141,9 @@ def mechanism_names(config, *, decoder: bool = True) -> list[str]:
     specs = [m.get("attention", "")]
     if decoder and m.get("decoder_attention"):
         specs.append(m["decoder_attention"])
-    names = [n.strip() for s in specs for n in str(s).split(",") if n.strip()]
+    from seqjax.attention import registry as attention_registry
+
+    names = [n for s in specs for n in attention_registry.parse(s)]
     return list(dict.fromkeys(names))
 
 
@@ -222,7 +224,7 @@ def prepare_training(config, workdir) -> None:
     import_modules(config.get("imports") or ())
     m = config.get("model") or {}
     for field in ("attention", "decoder_attention"):  # the field that names it, not another
-        names = [n.strip() for n in str(m.get(field) or "").split(",") if n.strip()]
+        names = attention.registry.parse(m.get(field) or "")
         unknown = [n for n in dict.fromkeys(names) if n not in attention.names()]
         if unknown:
             break

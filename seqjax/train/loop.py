@@ -33,7 +33,7 @@ from jax.experimental import multihost_utils
 from seqjax import console
 from seqjax import data as data_lib
 from seqjax.models import flops
-from seqjax.train import checkpoint, extensions, paths, setup, sharding
+from seqjax.train import checkpoint, extensions, hf_start, paths, setup, sharding
 from seqjax.train import evaluator as evaluator_lib
 from seqjax.train import metrics as metrics_lib
 from seqjax.train import step as step_lib
@@ -147,6 +147,8 @@ def _restore_or_init(run, ckpt, train_iter, workdir):
     """The newest complete checkpoint (skipping damaged ones), else a new state."""
     latest, state, data_state = ckpt.restore_newest(run.abstract)
     if latest is None:
+        if hf_start.is_hf(run.config.get("init_from")):  # a Hugging Face checkpoint
+            return hf_start.params(run, run.config.init_from, workdir), None
         if run.config.get("init_from"):  # pre-train -> fine-tune: graft a checkpoint's encoder
             from seqjax.train import init_from
 
@@ -350,7 +352,7 @@ def _train(job: _Job) -> str:
                 if profile and job.step + 1 == profile[0]:
                     jax.profiler.start_trace(profile_dir)
                     tracing = True
-                job.state, m = job.train_step(job.state, batch)
+                job.state, m = sharding.settle(job.train_step(job.state, batch))  # see there
                 job.step += 1
                 if tracing and job.step + 1 == profile[1]:
                     jax.block_until_ready(m)
@@ -365,6 +367,7 @@ def _train(job: _Job) -> str:
                     _evaluate(job)
             job.save(job.step)
         job.ckpt.wait()
+        stopped = "preempted" if flag.local else stopped  # SIGTERM in the last save: no eval
     finally:
         if tracing:  # the run stopped inside the traced steps
             jax.profiler.stop_trace()
@@ -404,6 +407,8 @@ def _finish(job: _Job, stopped: str) -> dict:
     if t_cfg.final_eval:
         res = job.evaluator(params, "test", max_batches=t_cfg.get("test_max_batches", 0))
         writer.write(step, res, prefix="test/")
+        # Beside the figure, how much of the split it is (all of it unless test_max_batches).
+        res = {**res, **getattr(job.evaluator, "last_batches", {})}
         result["test"] = res
         with sharding.rules_and_mesh(run.mesh):
             _eval_pictures(job.config, run, params, "test", step, writer, job.workdir)

@@ -39,7 +39,7 @@ class MetricWriter:
         self.enabled = enabled
         self._tb = None
         if enabled:
-            from tensorboardX import SummaryWriter
+            SummaryWriter = _summary_writer_class()  # noqa: N806 - a class
 
             work = paths.workdir_path(workdir)
             paths.register_tensorboard_schemes()
@@ -107,6 +107,22 @@ class MetricWriter:
         if self.enabled:
             self._file.close()
             self._tb.close()
+
+
+def _summary_writer_class():
+    """``tensorboardX.SummaryWriter``, imported without torch: tensorboardX imports torch
+    when it is installed (to accept its tensors, which seqjax never passes), which made
+    every run's start-up 1.6 s longer and put a C++ import in its first seconds, where a
+    signal used to abort the process (issue 50, item 1). A torch imported already is kept."""
+    if "tensorboardX.writer" not in sys.modules and "torch" not in sys.modules:
+        sys.modules["torch"] = None  # ``import torch`` raises ImportError: tensorboardX's
+        try:  # optional torch support stays off
+            import tensorboardX.writer  # noqa: F401
+        finally:
+            del sys.modules["torch"]  # a later ``import torch`` (convert) works as ever
+    from tensorboardX import SummaryWriter
+
+    return SummaryWriter
 
 
 def _markdown_code(text: str) -> str:

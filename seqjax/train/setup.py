@@ -25,6 +25,7 @@ from seqjax.train import (
     config_validation,
     extensions,
     field_checks,
+    hf_start,
     optim,
     paths,
     sharding,
@@ -89,6 +90,7 @@ class Run:
 def build(config, *, validate: bool = True) -> Run:
     """Validates ``config`` (before anything compiles) and builds the job's pieces."""
     extensions.import_modules(config.get("imports") or ())  # extension mechanisms, tasks
+    hf_start.fill(config)  # init_from=hf:<folder>: its family, shape and vocabulary
     if validate:
         config_validation.validate(config)
     mesh = sharding.make_mesh(config.mesh)

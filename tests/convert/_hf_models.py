@@ -40,7 +40,7 @@ def bert(roberta: bool = False, **overrides):
 def gpt2(**overrides):
     cfg = transformers.GPT2Config(
         vocab_size=V, n_embd=E, n_layer=LAYERS, n_head=HEADS, n_positions=POSITIONS,
-        bos_token_id=V - 1, eos_token_id=V - 1, **overrides,
+        **{"bos_token_id": V - 1, "eos_token_id": V - 1, **overrides},
     )  # fmt: skip
     return _seeded(lambda: transformers.GPT2LMHeadModel(cfg))
 

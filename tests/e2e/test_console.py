@@ -184,9 +184,9 @@ def test_a_redirected_run_reads_header_progress_results(finished_run):
     assert out.splitlines()[1] == "sample:"
     # stderr: the header once, naming what a reader needs; no per-parameter table.
     assert err.count("seqjax run\n") == 1
-    for field, pattern in [("config", r"\S*configs/char_lm\.py:smoke \+ \d+ overrides"),
+    for field, pattern in [("config", r"\S*configs/char_lm\.py:smoke( \+ [\w.]+=\S*)+$"),
                            ("task", r"lm \(seqjax\.tasks\.lm\)"),
-                           ("attention", r"dense\(implementation=auto\) x 2 layers"),
+                           ("attention", r"dense\(implementation=auto -> reference\) x 2 layers"),
                            ("model", r"[\d,]+ parameters"),
                            ("data", r"text_file, .*train [\d,]+, validation [\d,]+, test [\d,]+"),
                            ("steps", r"20 \(from scratch\)"), ("mesh", r"data=1 x fsdp=1"),

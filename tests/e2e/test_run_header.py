@@ -82,7 +82,7 @@ def test_lm_model_line_names_positions_and_adaptive_softmax():
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        (["main", "--config=c.py", "--config.train.num_steps=4"], "+ 1 override"),
+        (["main", "--config=c.py", "--config.train.num_steps=4"], "+ train.num_steps=4"),
         (
             [
                 "main",
@@ -90,7 +90,7 @@ def test_lm_model_line_names_positions_and_adaptive_softmax():
                 "--config.train.num_steps=4",
                 "--config.model.attention_options.window.window=8",
             ],
-            "+ 2 overrides",
+            "+ train.num_steps=4 + model.attention_options.window.window=8",
         ),  # fmt: skip
     ],
 )
@@ -105,3 +105,45 @@ def test_every_override_typed_is_counted(argv, expected, monkeypatch):
     text = console.run_header(config, run, "/w", start_step=0, num_params=10)
     line = next(x for x in text.splitlines() if x.strip().startswith("config"))
     assert line.rstrip().endswith(expected), line
+
+
+def test_overrides_are_named(monkeypatch):
+    """The header names each override typed (not "+ 1 override")."""
+    config = _config("char_lm.py")
+    run = _run(config, "lm", split_sizes={}, num_classes=None)
+    argv = ["main", "--config=c.py", "--config.train.num_steps=4",
+            "--config.model.attention_options.window.window", "8"]  # fmt: skip
+    line = _header(config, run, argv)["config"]
+    assert line.endswith("c.py + train.num_steps=4 + model.attention_options.window.window=8")
+
+
+def test_auto_is_resolved_per_mechanism():
+    """``implementation=auto`` shows what it runs here (CPU, float32: the reference engine
+    for short inputs, the plain-JAX block-sparse engine for flex)."""
+    config = _config("char_lm.py")
+    with config.unlocked():
+        config.model.attention = "dense,flex"
+        config.model.attention_options.flex = {"pattern": "sliding_window", "window": 8,
+                                               "block_size": 16}  # fmt: skip
+    run = _run(config, "lm", split_sizes={}, num_classes=None)
+    line = _header(config, run)["attention"]
+    assert "0: dense(implementation=auto -> reference)" in line
+    assert "implementation=auto -> blocksparse" in line.split("1: flex")[1]
+
+
+def test_performer_shows_the_options_it_runs_with():
+    config = _config("lra_listops.py")
+    config.model.attention = "performer"
+    run = _run(config, "classification", split_sizes={}, image_shape=None, num_classes=10)
+    line = _header(config, run)["attention"]
+    assert "performer(" in line
+    assert all(k in line for k in ("num_features=256", "redraw=False", "seed=0"))
+
+
+def test_a_bounded_test_evaluation_is_stated():
+    config = _config("lra_listops.py")  # smoke: train.test_max_batches = 2, batch 8
+    run = _run(config, "classification", split_sizes={"train": 96, "test": 64},
+               image_shape=None, num_classes=10)  # fmt: skip
+    steps = _header(config, run)["steps"]
+    n, bs = config.train.test_max_batches, config.data.batch_size
+    assert f"test on its first {n} batches of {bs} ({n * bs} inputs at most" in steps

@@ -104,6 +104,8 @@ def summarise(workdir: Path, config) -> dict:
             )
     result = json.loads((workdir / "result.json").read_text())
     result.pop("train_seconds")
+    for added in ("evaluated_batches", "split_batches"):  # recorded after the reference
+        (result.get("test") or {}).pop(added, None)
     ckpt = workdir / "checkpoints"
     layout = sorted(
         str(p.relative_to(ckpt)) for p in ckpt.rglob("*") if "ocdbt" not in str(p) and "d/" not in

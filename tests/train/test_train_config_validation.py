@@ -122,3 +122,19 @@ def test_attention_dropout_with_a_kernelized_attention_is_refused_before_compili
     config.model.attention = mechanism  # lra_image sets attention dropout 0.2
     with pytest.raises(ValueError, match="model.attention_dropout_rate=0.2 is invalid; valid: 0 "):
         config_validation.validate(config)
+
+
+def test_learned_positions_after_an_offset_bound_the_length(helpers, corpus):
+    """An imported RoBERTa's table (model.layout.position_offset=2) holds max_len - 2
+    positions: a longer input is refused before anything is built."""
+    config = helpers.tiny_config(corpus)
+    with config.unlocked():
+        config.model.positional = "learned"
+        config.model.layout = {"position_offset": 2}
+        config.data.seq_len = config.model.max_len - 2
+    config_validation.validate(config, num_devices=8, process_count=1)
+    with config.unlocked():
+        config.data.seq_len = config.model.max_len - 1
+    want = r"<= 62, the learned positions of model\.max_len=64 rows less model\.layout\."
+    with pytest.raises(config_validation.ConfigError, match=want + "position_offset=2"):
+        config_validation.validate(config, num_devices=8, process_count=1)

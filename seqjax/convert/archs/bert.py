@@ -43,7 +43,7 @@ def _encoder(name: str, architectures: tuple[str, ...], roberta: bool) -> regist
         prefix_anchor="embeddings.word_embeddings.weight",
         fix_tensors=legacy_names,
         optional=("mlm_head",),
-        family="transformer_lm",
+        family="transformer",
     )
 
 

@@ -22,6 +22,6 @@ GPT2 = registry.register(
         make_model=encoders.make_model,
         prefix_anchor="wte.weight",
         optional=("head",),
-        family="transformer_lm",
+        family="transformer",
     )
 )

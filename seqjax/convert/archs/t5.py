@@ -35,5 +35,7 @@ T5 = registry.register(
         example_inputs=registry.source_and_target_ids,
         fix_tensors=untied_from_weights,
         family="encoder_decoder",
+        max_length=lambda cfg: cfg.max_source_len,  # relative positions: the caches' length
+        spm_suffix=("</s>",),  # T5Tokenizer appends the end of sequence
     )
 )
