@@ -111,3 +111,23 @@ def test_cached_decoding_equals_full_forward(tmp_path):
         cache = mut["cache"]
         outs.append(out)
     hf.assert_close(jnp.concatenate(outs, 1), full, rtol=1e-5)
+
+
+def test_job_config_block_rebuilds_the_imported_config():
+    """``config.init_from=hf:<GPT-Neo folder>`` writes ``transformer_block`` into
+    ``config.model``: the attention cycle with the local layers' options and the layout
+    (unscaled logits, out-projection-only biases) rebuild the imported config."""
+    from seqjax import data
+    from seqjax.models import from_config
+    from seqjax.train import defaults
+
+    hf_cfg = {"vocab_size": 50, "num_layers": 4, "hidden_size": 32, "num_heads": 4,
+              "attention_types": [[["global", "local"], 2]], "window_size": 5}  # fmt: skip
+    cfg = gpt_neo.gpt_neo_config(hf_cfg)
+    config = defaults.base(data.default_config())
+    for field, value in from_config.transformer_block(cfg).items():
+        with config.model.ignore_type(), config.model.unlocked():
+            config.model[field] = value
+    info = type("Info", (), {"vocab_size": 50, "pad_id": cfg.pad_id, "image_shape": None})
+    back = from_config.transformer_config(config, info, causal=True)
+    assert dataclasses.replace(back, dtype=cfg.dtype) == cfg

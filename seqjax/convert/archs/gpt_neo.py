@@ -205,6 +205,6 @@ GPT_NEO = registry.register(
         make_model=encoders.make_model,
         prefix_anchor="wte.weight",
         optional=("head",),
-        family="transformer_lm",
+        family="transformer",
     )
 )
