@@ -28,7 +28,7 @@ tasks
 console
 train
 configs
-main evaluate sample translate export
+main evaluate evaluate_icl sample translate export
 """
 
 

@@ -25,6 +25,7 @@ from typing import Any
 BUILTIN = (
     "seqjax.convert.archs.bert",
     "seqjax.convert.archs.gpt2",
+    "seqjax.convert.archs.gpt_neo",
     "seqjax.convert.archs.t5",
     "seqjax.convert.archs.albert",
     "seqjax.convert.archs.bert_finetune",

@@ -161,6 +161,8 @@ class MultiHeadAttention(nn.Module):
         rotated). Not applied to cross-attention.
       rope_base, t5_buckets, t5_max_distance: the schemes' hyper-parameters.
       use_bias: biases on the Q/K/V and output projections (BERT, GPT-2; default none).
+      qkv_bias: with ``use_bias``, whether the Q/K/V projections have them too (GPT-Neo:
+        False, the output projection only).
       scale: the logits' scale; 0 means the mechanism's own ``1/sqrt(D)`` (Vaswani et al.
         2017, eq. 1). T5 uses 1.0 (Raffel et al. 2020: the scale is folded into the
         initialization of the query projection).
@@ -184,6 +186,7 @@ class MultiHeadAttention(nn.Module):
     t5_max_distance: int = 128
     use_bias: bool = False
     scale: float = 0.0
+    qkv_bias: bool = True
 
     @property
     def _always_causal(self) -> bool:
@@ -191,8 +194,9 @@ class MultiHeadAttention(nn.Module):
         return attention_lib.spec(self.mechanism).always_causal
 
     def _proj_module(self, name: str) -> HeadsProjection:
+        bias = self.use_bias and self.qkv_bias
         return HeadsProjection(
-            self.num_heads, self.head_dim, self.dtype, self.param_dtype, self.use_bias, name=name
+            self.num_heads, self.head_dim, self.dtype, self.param_dtype, bias, name=name
         )
 
     def _out(self, out_BTHD, features: int):
@@ -373,7 +377,9 @@ class MultiHeadAttention(nn.Module):
             )
             var = self.variable("cache", "lsh", state0)
         else:
-            plan = pattern_cache.make_plan(self.mechanism, options, h, length)
+            # the layer's logit scale (``self.scale``, e.g. GPT-Neo's 1.0) reaches the cache
+            plan_options = {**options, "scale": self.scale} if self.scale else options
+            plan = pattern_cache.make_plan(self.mechanism, plan_options, h, length)
             buffers0 = lambda: pattern_cache.init_buffers(plan, b, h, d, dv, self.dtype)  # noqa: E731
             var = self.variable("cache", "buffers", buffers0)
         if init:  # the init call only sizes the cache: its output skips any score bias
@@ -383,7 +389,7 @@ class MultiHeadAttention(nn.Module):
         if kind == "lsh":
             out_BTHD, var.value = lsh_cache.step(
                 var.value, q_BTHD, v_BTHD, i, rng=kwargs["rng"], options=options,
-                scale=options.get("scale"),
+                scale=self.scale or options.get("scale"),
             )  # fmt: skip
         else:
             out_BTHD, var.value = pattern_cache.step(

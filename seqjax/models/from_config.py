@@ -58,7 +58,7 @@ def transformer_config(config, info, *, causal: bool, num_classes: int = 0) -> T
 # (``seqjax.train.hf_start`` writes it from a Hugging Face folder; absent: seqjax's layout).
 LAYOUT_FIELDS = ("norm_position", "norm_type", "norm_eps", "activation", "mlp_gated",
                  "mlp_bias", "attention_bias", "attention_scale", "embed_scale", "embed_norm",
-                 "type_vocab_size", "position_offset")  # fmt: skip
+                 "type_vocab_size", "position_offset", "attention_qkv_bias")  # fmt: skip
 
 
 def layout_options(m) -> dict:
@@ -86,6 +86,9 @@ def transformer_block(cfg: TransformerConfig) -> dict:
                        if getattr(cfg, f) != getattr(default, f)}  # fmt: skip
     names = [name for name, _ in cfg.attention]
     block["attention"] = ",".join(names)
+    options = {name: dict(opts) for name, opts in cfg.attention if opts}
+    if options:  # e.g. an imported GPT-Neo's local layers: flex sliding_window, its window
+        block["attention_options"] = options
     return block
 
 

@@ -325,6 +325,7 @@ def attention_sublayer(
         t5_buckets=getattr(cfg, "t5_buckets", 32),
         t5_max_distance=getattr(cfg, "t5_max_distance", 128),
         use_bias=getattr(cfg, "attention_bias", False),
+        qkv_bias=getattr(cfg, "attention_qkv_bias", True),
         scale=getattr(cfg, "attention_scale", 0.0),
         name=name,
     )(

@@ -69,7 +69,9 @@ class TransformerConfig:
       activation, mlp_gated, mlp_bias: the feed-forward's nonlinearity
         (``layers.ACTIVATIONS``), GLU gating and biases (``layers._MlpCore``).
       attention_bias, attention_scale: biases on the Q/K/V/output projections; the logits'
-        scale (0: 1/sqrt(D)).
+        scale (0: 1/sqrt(D); GPT-Neo: 1.0, no scaling).
+      attention_qkv_bias: with ``attention_bias``, whether the Q/K/V projections have biases
+        too (GPT-Neo: False, only the output projection has one).
       embed_scale: token lookups times sqrt(E) (Vaswani et al. 2017 §3.4); BERT/GPT-2 off.
       embed_norm: a norm (``ln_embed``) on the embedding sum (BERT, Devlin et al. 2019 §3).
       type_vocab_size: BERT's token-type (segment) embeddings (``type_embed``), 0 = none;
@@ -121,6 +123,7 @@ class TransformerConfig:
     mlp_bias: bool = True
     attention_bias: bool = False
     attention_scale: float = 0.0
+    attention_qkv_bias: bool = True
     embed_scale: bool = True
     embed_norm: bool = False
     type_vocab_size: int = 0

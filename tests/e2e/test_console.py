@@ -32,6 +32,7 @@ FLAGS = {
         "--import",
     ],  # fmt: skip
     "seqjax-translate": ["--workdir", "--source", "--input_file", "--beam_size", "--import"],
+    "seqjax-icl": ["--model", "--task", "--kind", "--num_fewshot", "--train", "--template"],
 }
 
 
