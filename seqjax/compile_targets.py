@@ -1,0 +1,306 @@
+"""Compile-only accelerators on a machine without one: an H100, an A100, a TPU v5e pod slice.
+
+XLA's GPU compiler runs without a GPU or CUDA libraries: the CUDA PJRT plugin of the installed
+jaxlib (the ``jax-cuda12-pjrt`` wheel, the same version as jaxlib; ``pip install -e
+".[gpu-compile]"``) makes compile-only devices from a GPU target description (XLA's
+``GpuTargetConfigProto`` text, ``GPU_SPECS``), and ``jax.jit(f).lower(...).compile()``
+runs XLA's whole GPU pipeline for them, Triton included: a Pallas kernel asking for more shared
+memory than the device has fails here with the compiler's own ``RESOURCE_EXHAUSTED: Shared
+memory size limit exceeded``. ``libtpu`` (``".[tpu-compile]"``, the version JAX's ``tpu``
+extra pins) does the same for TPU topologies (``"v5e:2x2"``: 4 chips), Mosaic included.
+``compiled.memory_analysis()`` then gives the program's device memory before a device is
+rented (``seqjax.train.dry_run``).
+
+``compiling_for(devices)`` makes seqjax trace as it would on the device: its kernel dispatch
+(``jax.default_backend()``), its device lists (``jax.devices()``, meshes) and the Pallas tile
+planner's shared-memory budget answer for the target, and JAX's cuDNN version check answers
+``CUDNN_VERSION`` (a CPU-only jaxlib has no cuDNN to ask).
+
+What a compile-only device cannot give: speed, and the numerics of the device (TF32
+matmuls, the kernels' reassociation); those need the device (README, "Compile-only checks").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.metadata
+import importlib.util
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import jax
+
+# XLA's GPU target descriptions (stream_executor.GpuTargetConfigProto, text format): the
+# figures each device reports to XLA (cudaDeviceProp). ``shared_memory_per_block_optin`` is
+# the budget of one Triton kernel; ``device_memory_size`` the HBM a program may use.
+_GPU_SPEC = """gpu_device_info {{
+  threads_per_block_limit: 1024
+  threads_per_warp: 32
+  shared_memory_per_block: 49152
+  shared_memory_per_core: {smem_per_core}
+  threads_per_core_limit: 2048
+  core_count: {cores}
+  fpus_per_core: {fpus}
+  block_dim_limit_x: 2147483647
+  block_dim_limit_y: 65535
+  block_dim_limit_z: 65535
+  memory_bandwidth: {bandwidth}
+  l2_cache_size: {l2}
+  clock_rate_ghz: {clock}
+  device_memory_size: {memory}
+  shared_memory_per_block_optin: {smem_optin}
+  cuda_compute_capability {{ major: {major} minor: {minor} }}
+  registers_per_core_limit: 65536
+  registers_per_block_limit: 65536
+}}
+platform_name: "CUDA"
+dnn_version_info {{ major: 9 minor: 8 }}
+device_description_str: "{name}"
+"""
+GPU_DEVICES = {
+    "h100": dict(
+        name="NVIDIA H100 80GB HBM3", major=9, minor=0, cores=132, fpus=128,
+        smem_per_core=233472, smem_optin=232448, memory=84942979072,
+        bandwidth=3352320000000, l2=52428800, clock=1.98,
+    ),
+    "a100": dict(
+        name="NVIDIA A100-SXM4-80GB", major=8, minor=0, cores=108, fpus=64,
+        smem_per_core=167936, smem_optin=166912, memory=85100068864,
+        bandwidth=2039040000000, l2=41943040, clock=1.41,
+    ),
+}  # fmt: skip
+TPU_TOPOLOGIES = {"v5e": "v5e:2x2", "v5e-8": "v5e:2x4"}
+TARGETS = (*GPU_DEVICES, *TPU_TOPOLOGIES)
+CUDNN_VERSION = 90800  # cuDNN 9.8: what jax 0.10's CUDA wheels use
+# The Pallas tile planner's budget override (``seqjax.attention.pallas_plan.ENV_BUDGET``).
+PALLAS_BUDGET_ENV = "SEQJAX_PALLAS_SMEM_BYTES"
+CUDA_PLUGIN_ENV = "SEQJAX_CUDA_PLUGIN"  # a path to xla_cuda_plugin.so (else the wheel's)
+
+
+def gpu_spec(name: str, **changes) -> str:
+    """The target description of ``GPU_DEVICES[name]`` with fields changed (e.g.
+    ``smem_optin=1`` to read each kernel's figure from the compiler's refusal)."""
+    return _GPU_SPEC.format(**{**GPU_DEVICES[name], **changes})
+
+
+def _jaxlib_version() -> str:
+    return importlib.metadata.version("jaxlib")
+
+
+def _installed(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def cuda_plugin_path() -> str | None:
+    """``xla_cuda_plugin.so``: ``$SEQJAX_CUDA_PLUGIN``, else the ``jax-cuda12-pjrt`` wheel's."""
+    if os.environ.get(CUDA_PLUGIN_ENV):
+        return os.environ[CUDA_PLUGIN_ENV]
+    spec = importlib.util.find_spec("jax_plugins")
+    for root in spec.submodule_search_locations if spec else ():
+        path = Path(root) / "xla_cuda12" / "xla_cuda_plugin.so"
+        if path.is_file():
+            return str(path)
+    return None
+
+
+def problem(target: str) -> str | None:
+    """Why ``target`` cannot be compiled for here (None when it can)."""
+    if target not in TARGETS:
+        return f"compile target {target!r} is not one of {', '.join(TARGETS)}"
+    jaxlib = _jaxlib_version()
+    if target in GPU_DEVICES:
+        have = _installed("jax-cuda12-pjrt")
+        if os.environ.get(CUDA_PLUGIN_ENV):
+            return None
+        if have is None or cuda_plugin_path() is None:
+            return (
+                f"the CUDA compiler plugin is not installed (pip install "
+                f"'jax-cuda12-pjrt=={jaxlib}', or pip install -e '.[gpu-compile]')"
+            )
+        if have != jaxlib:  # the Triton bundled with the compiler must match jaxlib's
+            return f"jax-cuda12-pjrt {have} does not match jaxlib {jaxlib}"
+        return None
+    if _installed("libtpu") is None:
+        return "libtpu is not installed (pip install -e '.[tpu-compile]')"
+    return None
+
+
+def _register_cuda_plugin() -> None:
+    """Registers the plugin under ``cuda`` unless JAX's plugin discovery already did."""
+    from jax._src import xla_bridge as xb
+
+    xb._discover_and_register_pjrt_plugins()
+    if "cuda" not in xb._topology_factories:
+        xb.register_plugin("cuda", library_path=cuda_plugin_path())
+
+
+@functools.cache
+def _devices(target: str, spec: str | None) -> tuple:
+    from jax.experimental import topologies
+
+    if target in GPU_DEVICES:
+        _register_cuda_plugin()
+        topo = topologies.get_topology_desc(
+            target, "cuda", target_config=spec or gpu_spec(target), topology="1x1x1"
+        )
+    else:
+        # Several processes may hold libtpu at once (pytest -n 2; no chip is opened).
+        os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+        topo = topologies.get_topology_desc(platform="tpu", topology_name=TPU_TOPOLOGIES[target])
+    return tuple(topo.devices)
+
+
+def devices(target: str, spec: str | None = None) -> list:
+    """The compile-only devices of ``target`` (``spec``: another GPU description).
+
+    Raises:
+      ValueError: when the target is unknown or its compiler is not installed (``problem``).
+    """
+    why = problem(target)
+    if why is not None:
+        raise ValueError(why)
+    return list(_devices(target, spec))
+
+
+def device_memory(device) -> int | None:
+    """Bytes of device memory a program may use: the GPU description's figure, or the TPU
+    chip's HBM (``TPU_HBM``) by ``device_kind``."""
+    kind = str(device.device_kind)
+    for spec in GPU_DEVICES.values():
+        if spec["name"] == kind:
+            return int(spec["memory"])
+    for name, size in TPU_HBM.items():
+        if name in kind:
+            return size
+    return None
+
+
+def shared_memory_budget(device) -> int | None:
+    """The shared memory one kernel may use on a compile-only GPU (None elsewhere)."""
+    for spec in GPU_DEVICES.values():
+        if spec["name"] == str(device.device_kind):
+            return int(spec["smem_optin"])
+    return None
+
+
+GIB = 1 << 30
+TPU_HBM = {"v5 lite": 16 * GIB, "v5p": 95 * GIB, "v4": 32 * GIB, "v6 lite": 32 * GIB}
+
+
+@contextlib.contextmanager
+def compiling_for(target_devices, budget: int | None = None):
+    """While tracing, seqjax sees ``target_devices`` (module docstring): its dispatch, its
+    meshes and the Pallas planner's budget (``budget`` bytes if given) are the target's."""
+    from jax._src.cudnn import fused_attention_stablehlo as cudnn_fa
+
+    target_devices = list(target_devices)
+    platform = target_devices[0].platform  # "gpu" or "tpu"
+    patched = {
+        "default_backend": lambda: platform,
+        "devices": lambda backend=None: list(target_devices),
+        "local_devices": lambda *a, **k: list(target_devices),
+        "device_count": lambda backend=None: len(target_devices),
+        "local_device_count": lambda backend=None: len(target_devices),
+    }
+    saved = {name: getattr(jax, name) for name in patched}
+    saved_cudnn = cudnn_fa.check_cudnn_version
+    saved_env = os.environ.get(PALLAS_BUDGET_ENV)
+    for name, fn in patched.items():
+        setattr(jax, name, fn)
+    cudnn_fa.check_cudnn_version = lambda: CUDNN_VERSION
+    budget = budget or shared_memory_budget(target_devices[0])
+    if budget is not None:
+        os.environ[PALLAS_BUDGET_ENV] = str(budget)
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(jax, name, fn)
+        cudnn_fa.check_cudnn_version = saved_cudnn
+        if saved_env is None:
+            os.environ.pop(PALLAS_BUDGET_ENV, None)
+        else:
+            os.environ[PALLAS_BUDGET_ENV] = saved_env
+
+
+def compile_for(fn, target_devices, *args, compiler_options=None, budget=None):
+    """``jax.jit(fn)`` traced as on the target and compiled for its (compile-only) devices;
+    ``args`` are ``jax.ShapeDtypeStruct``s (with a sharding over the target's devices, or
+    none for the first device). Raises the compiler's error when it refuses the program."""
+    from jax.sharding import SingleDeviceSharding
+
+    target_devices = list(target_devices)
+    one = SingleDeviceSharding(target_devices[0])
+
+    def placed(x):
+        if isinstance(x, jax.ShapeDtypeStruct) and x.sharding is None:
+            return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=one)
+        return x
+
+    args = jax.tree.map(placed, args)
+    jitted = fn if hasattr(fn, "trace") else jax.jit(fn)
+    with compiling_for(target_devices, budget):
+        lowered = jitted.trace(*args).lower()
+    return lowered.compile(compiler_options=compiler_options)
+
+
+_KERNEL_LINE = re.compile(r"kCustomKernel .*?\] (\S+) grid: .*shared_memory: (\d+) bytes")
+
+
+def kernel_shared_memory(fn, target_devices, *args, budget=None) -> dict[str, int]:
+    """``{kernel name: shared-memory bytes}`` of every GPU kernel of ``fn`` with any (the
+    largest where a name repeats), as the compiler allocated them: read from the program's
+    thunk sequence (XLA's dump of the compiled kernels and their launch settings)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        options = {"xla_dump_to": tmp, "xla_dump_hlo_module_re": "jit_.*"}
+        compile_for(fn, target_devices, *args, compiler_options=options, budget=budget)
+        found: dict[str, int] = {}
+        for path in Path(tmp).glob("*thunk_sequence.txt"):
+            for name, size in _KERNEL_LINE.findall(path.read_text()):
+                if int(size):
+                    found[name] = max(found.get(name, 0), int(size))
+    return found
+
+
+def probe_kernels(
+    device, dtype, d: int, tile: int, stages: int, budget: int, *, variant: str = "extras"
+) -> dict[str, int]:
+    """Shared-memory bytes of the forward, dK/dV and dQ Pallas kernels at one setting:
+    ``{"fwd", "dkdv", "dq"}``, compiled forward and backward for ``device`` at ``tile`` x
+    ``tile`` tiles, head dim ``d``, ``stages`` pipeline stages; ``variant`` "extras" with a
+    key mask, segment ids and dropout, "plain" without, "t5_bias" with T5's learned bias."""
+    import jax.numpy as jnp
+
+    from seqjax.attention import blockwise, pallas_blocks, score_mod
+
+    t = 2 * tile
+    table, count = blockwise.dense_table(2, 2, tile, tile, causal=True, offset=0)
+
+    def attend(q, k, v, bias_NH):
+        extra = {}
+        if variant == "extras":
+            extra = dict(
+                mask=jnp.arange(t)[None] < t - 3,
+                segment_ids=(jnp.arange(t)[None] >= 7).astype(jnp.int32),
+                dropout_rate=0.1,
+                dropout_rng=jax.random.key(0),
+            )
+        elif variant == "t5_bias":
+            extra = dict(score_mod=score_mod.t5_bias(bias_NH, causal=True))
+        out = pallas_blocks.block_sparse_attention(
+            q, k, v, table=table, count=count, block_q=tile, block_k=tile, causal=True,
+            num_stages=stages, **extra,
+        )  # fmt: skip
+        return out.astype(jnp.float32).sum()
+
+    x = jax.ShapeDtypeStruct((1, t, 1, d), dtype)
+    bias = jax.ShapeDtypeStruct((32, 1), jnp.float32)
+    grad = jax.grad(attend, argnums=(0, 1, 2, 3))
+    found = kernel_shared_memory(grad, [device], x, x, x, bias, budget=budget)
+    return {k: found.get(f"seqjax_block_sparse_{k}", 0) for k in ("fwd", "dkdv", "dq")}
