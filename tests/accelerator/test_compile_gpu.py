@@ -49,8 +49,13 @@ def planned_settings(budget: int) -> list[tuple[str, int, int, int]]:
 
 def _sample(settings: list, keep: int) -> set:
     """The settings nearest the budget (the likeliest to fail), then every n-th."""
-    by_need = sorted(settings, key=lambda s: -max(_table_row(s)))
+    by_need = sorted(settings, key=lambda s: -max(_planned_smem(s).values()))
     return set(by_need[:keep]) | set(settings[:: max(1, len(settings) // keep)])
+
+
+def _planned_smem(setting) -> dict:
+    name, d, tile, stages = setting
+    return pallas_plan.smem_of(tile, tile, d, d, np.dtype(DTYPES[name]).itemsize, stages)
 
 
 def _table_row(setting) -> tuple:
@@ -76,7 +81,7 @@ def test_every_planned_setting_is_in_the_compilers_table():
 
 
 @pytest.mark.parametrize(
-    "device_name,setting", _params("h100", H100_SMEM, 3) + _params("a100", A100_SMEM, 2)
+    "device_name,setting", _params("h100", H100_SMEM, 2) + _params("a100", A100_SMEM, 1)
 )
 def test_planned_kernels_compile_within_the_budget(device_name, setting, request):
     """The three kernels at a planned setting compile for the device at its own budget,
@@ -105,7 +110,7 @@ def test_old_512_row_tiles_fail_with_the_compilers_message(h100):
     x = jax.ShapeDtypeStruct((1, t, 1, 64), jnp.bfloat16)
     with pytest.raises(Exception, match=r"Shared memory size limit exceeded: requested 327680, "
                        r"available: 232448"):  # fmt: skip
-        compile_targets.compile_for(fn, h100, x, x, x, budget=1 << 20)
+        compile_targets.compile_for(fn, h100, x, x, x, budget=1 << 22)  # guard lifted
 
 
 def test_a_tile_that_fits_compiles_and_reports_its_bytes(h100):
@@ -127,7 +132,7 @@ CALLERS = {
     "flex_bigbird": dict(pattern="bigbird", window=1, num_global=1, num_random=0,
                          implementation="pallas"),
 }  # fmt: skip
-DEFAULT_CALLERS = {("dense", 65536, 128, "bfloat16"), ("sparse_fixed", 4096, 64, "float32")}
+DEFAULT_CALLERS = {("dense", 65536, 128, "bfloat16"), ("sparse_strided", 4096, 64, "bfloat16")}
 
 
 def _caller_cases():
@@ -163,7 +168,7 @@ def test_callers_compile_for_the_h100(caller, t, d, dtype, h100):
 # --------------------------------------------------------------------- whole train steps
 
 # The full-size configs (the variants meant for an accelerator), compiled at their own
-# sizes; the first in the default run.
+# sizes (slow: char_lm's default is compiled in the default run by test_dry_run).
 GPU_CONFIGS = [
     ("char_lm.py", "default"),
     ("sparse_transformer_enwik8.py", "default"),
@@ -226,10 +231,10 @@ def test_decoding_step_compiles_for_the_h100(kind, h100):
     info = lib._fake_info(config)
     with compile_targets.compiling_for(h100):
         model_cfg = tasks.for_run(config, info).model_config(config, info)
-    model = TransformerLM(model_cfg, decode=True)
+        model = TransformerLM(model_cfg, decode=True)
+        tokens = jnp.zeros((2, model_cfg.max_len), jnp.int32)
+        shapes = jax.eval_shape(model.init, jax.random.key(0), tokens)  # the caches' dtypes
     tok = jnp.zeros((2, 1), jnp.int32)
-    shapes = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((2, model_cfg.max_len),
-                                                                      jnp.int32))  # fmt: skip
 
     def step(variables, tok):
         logits, mut = model.apply(variables, tok, mutable=["cache"])
