@@ -31,7 +31,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from seqjax import compile_targets  # noqa: E402
-from seqjax.attention import pallas_plan  # noqa: E402
+from seqjax.attention import pallas_plan, pallas_probe  # noqa: E402
 
 OUT = ROOT / "seqjax" / "attention" / "pallas_smem.py"
 DTYPES = {2: jnp.bfloat16, 4: jnp.float32}
@@ -49,13 +49,13 @@ def main() -> None:
             for tile in pallas_plan.TILES:
                 for stages in pallas_plan.STAGES:
                     key = (itemsize, d, tile, stages)
-                    got = compile_targets.probe_kernels(device, dtype, d, tile, stages, RAISED)
+                    got = pallas_probe.probe_kernels(device, dtype, d, tile, stages, RAISED)
                     rows[key] = tuple(got[k] for k in pallas_plan.KERNELS)
                     print(key, rows[key], f"{time.time() - start:.0f} s", flush=True)
     t5_extra = 0
     for key in T5_KEYS:
         itemsize, d, tile, stages = key
-        got = compile_targets.probe_kernels(
+        got = pallas_probe.probe_kernels(
             device, DTYPES[itemsize], d, tile, stages, RAISED, variant="t5_bias"
         )
         extra = got["dkdv"] - rows[key][1]

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from seqjax import attention, compile_targets
-from seqjax.attention import blockwise, pallas_blocks, pallas_plan, pallas_smem
+from seqjax.attention import blockwise, pallas_blocks, pallas_plan, pallas_probe, pallas_smem
 from tests.accelerator import lowering_lib as lib
 from tests.attention import test_pallas_plan as sweep
 from tests.conftest import REPO
@@ -90,7 +90,7 @@ def test_planned_kernels_compile_within_the_budget(device_name, setting, request
     devices = request.getfixturevalue(device_name)
     budget = compile_targets.shared_memory_budget(devices[0])
     name, d, tile, stages = setting
-    got = compile_targets.probe_kernels(devices[0], DTYPES[name], d, tile, stages, budget)
+    got = pallas_probe.probe_kernels(devices[0], DTYPES[name], d, tile, stages, budget)
     assert max(got.values()) <= budget, got
     assert tuple(got[k] for k in pallas_plan.KERNELS) == _table_row(setting)
 
