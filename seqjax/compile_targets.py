@@ -1,9 +1,10 @@
 """Compile-only accelerators on a machine without one: an H100, an A100, a TPU v5e pod slice.
 
 XLA's GPU compiler runs without a GPU or CUDA libraries: the CUDA PJRT plugin of the installed
-jaxlib (the ``jax-cuda12-pjrt`` wheel, the same version as jaxlib; ``pip install -e
-".[gpu-compile]"``) makes compile-only devices from a GPU target description (XLA's
-``GpuTargetConfigProto`` text, ``GPU_SPECS``), and ``jax.jit(f).lower(...).compile()``
+jaxlib (``xla_cuda_plugin.so`` of the ``jax-cuda12-pjrt`` wheel at jaxlib's version, fetched
+into a cache folder by ``python -m seqjax.compile_targets fetch``; see ``cuda_plugin_path``)
+makes compile-only devices from a GPU target description (XLA's ``GpuTargetConfigProto``
+text, ``GPU_DEVICES``), and ``jax.jit(f).lower(...).compile()``
 runs XLA's whole GPU pipeline for them, Triton included: a Pallas kernel asking for more shared
 memory than the device has fails here with the compiler's own ``RESOURCE_EXHAUSTED: Shared
 memory size limit exceeded``. ``libtpu`` (``".[tpu-compile]"``, the version JAX's ``tpu``
@@ -28,7 +29,10 @@ import importlib.metadata
 import importlib.util
 import os
 import re
+import subprocess
+import sys
 import tempfile
+import zipfile
 from pathlib import Path
 
 import jax
@@ -72,12 +76,16 @@ GPU_DEVICES = {
         bandwidth=2039040000000, l2=41943040, clock=1.41,
     ),
 }  # fmt: skip
+# GPU targets: (device, PJRT topology "slices x hosts x devices per host").
+GPU_TARGETS = {"h100": ("h100", "1x1x1"), "a100": ("a100", "1x1x1"), "h100x8": ("h100", "1x1x8")}
 TPU_TOPOLOGIES = {"v5e": "v5e:2x2", "v5e-8": "v5e:2x4"}
-TARGETS = (*GPU_DEVICES, *TPU_TOPOLOGIES)
+TARGETS = (*GPU_TARGETS, *TPU_TOPOLOGIES)
 CUDNN_VERSION = 90800  # cuDNN 9.8: what jax 0.10's CUDA wheels use
 # The Pallas tile planner's budget override (``seqjax.attention.pallas_plan.ENV_BUDGET``).
 PALLAS_BUDGET_ENV = "SEQJAX_PALLAS_SMEM_BYTES"
-CUDA_PLUGIN_ENV = "SEQJAX_CUDA_PLUGIN"  # a path to xla_cuda_plugin.so (else the wheel's)
+CUDA_PLUGIN_ENV = "SEQJAX_CUDA_PLUGIN"  # a path to xla_cuda_plugin.so (else the cache's)
+CUDA_PLUGIN_WHEEL = "jax-cuda12-pjrt"
+CUDA_PLUGIN_MEMBER = "jax_plugins/xla_cuda12/xla_cuda_plugin.so"
 
 
 def gpu_spec(name: str, **changes) -> str:
@@ -97,34 +105,60 @@ def _installed(dist: str) -> str | None:
         return None
 
 
+def cache_dir() -> Path:
+    """Where ``fetch`` puts the plugin: ``$XDG_CACHE_HOME/seqjax`` (``~/.cache/seqjax``)."""
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(root) / "seqjax" / f"{CUDA_PLUGIN_WHEEL}-{_jaxlib_version()}"
+
+
 def cuda_plugin_path() -> str | None:
-    """``xla_cuda_plugin.so``: ``$SEQJAX_CUDA_PLUGIN``, else the ``jax-cuda12-pjrt`` wheel's."""
+    """``xla_cuda_plugin.so`` matching jaxlib: ``$SEQJAX_CUDA_PLUGIN``, else the one ``fetch``
+    unpacked (``cache_dir``), else an installed ``jax-cuda12-pjrt`` wheel's at jaxlib's
+    version (a CUDA install). The wheel is not a test extra: installed, JAX loads its plugin
+    in every process and logs to stderr there ("cuda_plugin_extension is not found")."""
     if os.environ.get(CUDA_PLUGIN_ENV):
         return os.environ[CUDA_PLUGIN_ENV]
+    cached = cache_dir() / "xla_cuda_plugin.so"
+    if cached.is_file():
+        return str(cached)
     spec = importlib.util.find_spec("jax_plugins")
-    for root in spec.submodule_search_locations if spec else ():
-        path = Path(root) / "xla_cuda12" / "xla_cuda_plugin.so"
-        if path.is_file():
-            return str(path)
+    if _installed(CUDA_PLUGIN_WHEEL) == _jaxlib_version():
+        for root in spec.submodule_search_locations if spec else ():
+            path = Path(root) / "xla_cuda12" / "xla_cuda_plugin.so"
+            if path.is_file():
+                return str(path)
     return None
+
+
+def fetch() -> str:
+    """Downloads ``jax-cuda12-pjrt`` at jaxlib's version with pip (no install) and unpacks
+    its ``xla_cuda_plugin.so`` into ``cache_dir()``; returns the path."""
+    target = cache_dir() / "xla_cuda_plugin.so"
+    if target.is_file():
+        return str(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        pin = f"{CUDA_PLUGIN_WHEEL}=={_jaxlib_version()}"
+        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", pin, "-d", tmp]
+        subprocess.run(cmd, check=True)
+        (wheel,) = Path(tmp).glob("*.whl")
+        with zipfile.ZipFile(wheel) as z, z.open(CUDA_PLUGIN_MEMBER) as src:
+            partial = target.with_suffix(".partial")
+            partial.write_bytes(src.read())
+            partial.rename(target)
+    return str(target)
 
 
 def problem(target: str) -> str | None:
     """Why ``target`` cannot be compiled for here (None when it can)."""
     if target not in TARGETS:
         return f"compile target {target!r} is not one of {', '.join(TARGETS)}"
-    jaxlib = _jaxlib_version()
-    if target in GPU_DEVICES:
-        have = _installed("jax-cuda12-pjrt")
-        if os.environ.get(CUDA_PLUGIN_ENV):
-            return None
-        if have is None or cuda_plugin_path() is None:
+    if target in GPU_TARGETS:
+        if cuda_plugin_path() is None:
             return (
-                f"the CUDA compiler plugin is not installed (pip install "
-                f"'jax-cuda12-pjrt=={jaxlib}', or pip install -e '.[gpu-compile]')"
+                f"XLA's CUDA compiler plugin for jaxlib {_jaxlib_version()} is not fetched "
+                "(python -m seqjax.compile_targets fetch)"
             )
-        if have != jaxlib:  # the Triton bundled with the compiler must match jaxlib's
-            return f"jax-cuda12-pjrt {have} does not match jaxlib {jaxlib}"
         return None
     if _installed("libtpu") is None:
         return "libtpu is not installed (pip install -e '.[tpu-compile]')"
@@ -132,7 +166,8 @@ def problem(target: str) -> str | None:
 
 
 def _register_cuda_plugin() -> None:
-    """Registers the plugin under ``cuda`` unless JAX's plugin discovery already did."""
+    """Registers the plugin under ``cuda`` unless JAX's plugin discovery already did (an
+    installed CUDA jaxlib)."""
     from jax._src import xla_bridge as xb
 
     xb._discover_and_register_pjrt_plugins()
@@ -144,10 +179,11 @@ def _register_cuda_plugin() -> None:
 def _devices(target: str, spec: str | None) -> tuple:
     from jax.experimental import topologies
 
-    if target in GPU_DEVICES:
+    if target in GPU_TARGETS:
         _register_cuda_plugin()
+        device, topology = GPU_TARGETS[target]
         topo = topologies.get_topology_desc(
-            target, "cuda", target_config=spec or gpu_spec(target), topology="1x1x1"
+            target, "cuda", target_config=spec or gpu_spec(device), topology=topology
         )
     else:
         # Several processes may hold libtpu at once (pytest -n 2; no chip is opened).
@@ -266,3 +302,9 @@ def kernel_shared_memory(fn, target_devices, *args, budget=None) -> dict[str, in
                 if int(size):
                     found[name] = max(found.get(name, 0), int(size))
     return found
+
+
+if __name__ == "__main__":  # python -m seqjax.compile_targets fetch
+    if sys.argv[1:] != ["fetch"]:
+        sys.exit("usage: python -m seqjax.compile_targets fetch")
+    print(fetch())

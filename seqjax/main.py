@@ -45,8 +45,8 @@ _IMPORT = flags.DEFINE_multi_string(
 _DRY_RUN = flags.DEFINE_string(
     "dry_run",
     None,
-    "Compile the train step for a compile-only accelerator (h100, a100, v5e, v5e-8; "
-    "pip install -e '.[gpu-compile,tpu-compile]'), print its peak memory per device and "
+    "Compile the train step for a compile-only accelerator (h100, a100, h100x8, v5e, v5e-8; "
+    "README: Compile-only checks), print its peak memory per device and "
     "exit (2 when it does not fit); nothing trains and --workdir is not needed.",
 )
 # --config.model.attention_options.<mechanism>.<option>=V of blocks the config lacks (run()).

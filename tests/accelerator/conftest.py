@@ -1,7 +1,7 @@
 """Compile-only accelerators (``seqjax.compile_targets``; issue 49): an H100 and an A100
 (XLA's GPU compiler from the ``jax-cuda12-pjrt`` wheel) and TPU v5e slices (``libtpu``).
-Each fixture skips with the reason when its compiler is not installed (``pip install -e
-".[gpu-compile,tpu-compile]"``; CI installs both)."""
+Each fixture skips with the reason when its compiler is absent (``python -m
+seqjax.compile_targets fetch``, ``pip install -e ".[tpu-compile]"``; CI has both)."""
 
 import pytest
 

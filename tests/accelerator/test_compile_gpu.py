@@ -242,3 +242,28 @@ def test_decoding_step_compiles_for_the_h100(kind, h100):
 
     compiled = compile_targets.compile_for(step, h100, shapes, tok)
     assert compiled.memory_analysis().argument_size_in_bytes > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "mesh",
+    [dict(data=2, fsdp=2, tensor=2), dict(data=2, sequence=4)],
+    ids=["model_parallel", "context_parallel"],
+)
+def test_parallel_train_steps_compile_for_8_h100s(mesh):
+    """Tensor parallelism (heads, the feed-forward width) and context parallelism (ring
+    attention over ``sequence``) compile for 8 H100s in one box (topology 1x1x8)."""
+    from seqjax.train import dry_run
+
+    why = compile_targets.problem("h100x8")
+    if why is not None:
+        pytest.skip(f"compile-only h100x8: {why}")
+    devices = compile_targets.devices("h100x8")
+    config = lib.family_config("lm_dense")
+    config.model.num_heads = 4
+    config.mesh.update(**mesh)
+    config.data.batch_size = 4
+    config.model.dtype = "auto"
+    compiled, (state, _) = dry_run.compile_train_step(config, devices, lib._fake_info(config))
+    assert compiled.memory_analysis().argument_size_in_bytes > 0
+    assert len(jax.tree.leaves(state["params"])[0].sharding.device_set) == 8
