@@ -8,7 +8,8 @@ device has fails here as on the device, with the compiler's own message (proven 
 * every setting the tile planner can choose over its sweep (``test_pallas_plan``: T 128 ..
   262,144, head dims 16..256, bf16/f16/f32, the five callers) compiles for each device, and
   each kernel's bytes are within the budget and equal to the planner's table
-  (``pallas_smem``); the callers themselves compile at sweep shapes;
+  (``pallas_smem``, the H100's figures; the A100's are the same or fewer); the callers
+  themselves compile at sweep shapes;
 * the whole train step (forward, backward, optimizer) of the full-size configs, with
   ``model.dtype="auto"``, compiles for the H100, and the decoding steps do.
 
@@ -92,7 +93,11 @@ def test_planned_kernels_compile_within_the_budget(device_name, setting, request
     name, d, tile, stages = setting
     got = pallas_probe.probe_kernels(devices[0], DTYPES[name], d, tile, stages, budget)
     assert max(got.values()) <= budget, got
-    assert tuple(got[k] for k in pallas_plan.KERNELS) == _table_row(setting)
+    row = dict(zip(pallas_plan.KERNELS, _table_row(setting)))
+    if device_name == "h100":  # the table is the H100's (sm_90): the same figures
+        assert got == row
+    else:  # sm_80 stages no Hopper wgmma operands: the same or fewer bytes
+        assert all(got[k] <= row[k] for k in row), (got, row)
 
 
 def test_old_512_row_tiles_fail_with_the_compilers_message(h100):
