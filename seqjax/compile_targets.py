@@ -9,6 +9,8 @@ runs XLA's whole GPU pipeline for them, Triton included: a Pallas kernel asking 
 memory than the device has fails here with the compiler's own ``RESOURCE_EXHAUSTED: Shared
 memory size limit exceeded``. ``libtpu`` (``".[tpu-compile]"``, the version JAX's ``tpu``
 extra pins) does the same for TPU topologies (``"v5e:2x2"``: 4 chips), Mosaic included.
+Targets (``TARGETS``): ``h100``, ``a100``, ``h100x8`` (8 H100s in one box), ``v5e`` (2x2),
+``v5e-8`` (2x4).
 ``compiled.memory_analysis()`` then gives the program's device memory before a device is
 rented (``seqjax.train.dry_run``).
 

@@ -11,7 +11,8 @@ device has fails here as on the device, with the compiler's own message (proven 
   (``pallas_smem``, the H100's figures; the A100's are the same or fewer); the callers
   themselves compile at sweep shapes;
 * the whole train step (forward, backward, optimizer) of the full-size configs, with
-  ``model.dtype="auto"``, compiles for the H100, and the decoding steps do.
+  ``model.dtype="auto"``, compiles for the H100, and the decoding steps do; the tensor- and
+  context-parallel steps compile for 8 H100s (topology 1x1x8).
 
 What only a device shows (speed, TF32 numerics) is in the README ("Compile-only checks").
 
