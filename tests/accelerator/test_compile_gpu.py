@@ -204,15 +204,15 @@ def load_config(path: str, variant: str | None):
 )
 def test_full_train_step_compiles_for_the_h100(path, variant, h100):
     """Forward, backward and the optimizer update of the config's own sizes compile for
-    one H100 (``model.dtype="auto"``: bf16 there), and fit its 80 GB."""
+    one H100 (``model.dtype="auto"``: bf16 there). Whether they fit its 80 GB is the dry
+    run's question (``test_dry_run``): a paper-size step may need a mesh of several."""
     from seqjax.train import dry_run
 
     config = load_config(path, variant)
     compiled, (state, _) = dry_run.compile_train_step(config, h100, lib._fake_info(config))
     mem = compiled.memory_analysis()
     params = dry_run.shard_bytes(state["params"])
-    assert mem.argument_size_in_bytes >= params > 0
-    assert mem.temp_size_in_bytes + mem.argument_size_in_bytes < 80e9
+    assert mem.argument_size_in_bytes >= params > 0 and mem.temp_size_in_bytes > 0
     assert jax.tree.leaves(state["params"])[0].dtype == jnp.float32  # master weights
 
 
