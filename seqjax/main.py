@@ -151,6 +151,13 @@ _IMPORT = flags.DEFINE_multi_string(
     "A module to import first (repeatable): it registers an attention mechanism or a task "
     "(docs/extending.md). Recorded in config.imports; evaluate/sample/translate import it too.",
 )
+_DRY_RUN = flags.DEFINE_string(
+    "dry_run",
+    None,
+    "Compile the train step for a compile-only accelerator (h100, a100, h100x8, v5e, v5e-8; "
+    "README: Compile-only checks), print its peak memory per device and "
+    "exit (2 when it does not fit); nothing trains and --workdir is not needed.",
+)
 # --config.model.attention_options.<mechanism>.<option>=V of blocks the config lacks (run()).
 _OPTION_OVERRIDES: list = []
 
@@ -262,6 +269,11 @@ def main(argv):
         extensions.add_imports(config, _IMPORT.value)
         extensions.apply_option_overrides(config, _OPTION_OVERRIDES)
         fit_attention_dropout(config, sys.argv)
+        if _DRY_RUN.value:  # memory before launch (seqjax.train.dry_run)
+            from seqjax.train import dry_run
+
+            print("\n".join(dry_run.check(config, _DRY_RUN.value).lines()), flush=True)
+            return
         sharding.maybe_initialize_distributed()
         _own_sigterm_unless_jax()
         result = train(config, workdir, log_file=True)
@@ -332,7 +344,8 @@ def run():
         sys.exit(2)
     console.set_command_line(sys.argv)  # the run header counts every override typed
     sys.argv, _OPTION_OVERRIDES[:] = extensions.split_option_overrides(sys.argv)
-    flags.mark_flags_as_required(["config", "workdir"])
+    dry = any(a.startswith("--dry_run") for a in sys.argv)
+    flags.mark_flags_as_required(["config"] if dry else ["config", "workdir"])
     console.show_flags_in_help(__name__)
     logging.set_verbosity(logging.INFO)
     console.quiet_libraries()

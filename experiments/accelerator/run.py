@@ -18,6 +18,12 @@ Sections (``--sections``, default all):
   the chunked cross-entropy and with the plain one, against nanoGPT with ``torch.compile``
   and eager; tokens/s and MFU from the analytic count ``6 N T + 12 L T^2 d`` per sequence
   (``seqjax.models.flops``: PaLM App. B; causal attention counted in full, as PaLM does).
+* ``tiles`` (GPU; issue 49): the Pallas kernels' tiles and pipeline depths that the
+  compiler's shared-memory figures (``seqjax.attention.pallas_smem``) allow but the old
+  estimate refused, timed against the estimate's choice (``estimate_t<tile>_st<stages>``,
+  the first contender): dense causal fwd+bwd at ``TILE_T`` for bf16/f32 and head dims 64
+  and 128, every square tile and depth that fits this device's budget. Which is faster is
+  what decides the planner's order (``pallas_plan.TILES``/``STAGES``) on a GPU.
 * PyTorch peers (``peers.py``, where torch is installed; ``--no-peers`` to skip):
   ``torch_sdpa`` in ``dense``, FlexAttention with the strided/fixed masks in ``sparse``,
   nanoGPT in ``train``, each in the same process and interleaved with seqjax's contenders.
@@ -82,6 +88,8 @@ FULL = dict(
     tokens=16384,
     train_batch=16,
     rounds=7,
+    tile_t=8192,
+    tile_head_dims=(64, 128),
 )
 SCALES = {
     "gpu": FULL,
@@ -97,6 +105,8 @@ SCALES = {
         tokens=64,
         train_batch=2,
         rounds=1,
+        tile_t=64,
+        tile_head_dims=(16,),
     ),  # fmt: skip
 }
 
@@ -191,6 +201,57 @@ def sparse_section(scale, peers=None):
     return rows
 
 
+def estimate_choice(t: int, d: int, itemsize: int, budget: int) -> tuple[int, int]:
+    """``(tile, stages)`` the planner chose before issue 49, from the estimate alone."""
+    from seqjax.attention import pallas_plan as pp
+
+    dp = pp.pow2_at_least_16(d)
+    for tile in (x for x in pp.TILES if x <= pp.pow2_at_least_16(t)):
+        for stages in pp.STAGES:
+            if max(pp.smem_estimate(tile, tile, dp, dp, itemsize, stages).values()) <= budget:
+                return tile, stages
+    return pp.MIN_TILE, 1
+
+
+def tiles_section(scale):
+    """The tiles the compiler's figures newly allow, against the estimate's (module doc)."""
+    from seqjax.attention import blockwise, pallas_blocks, pallas_plan
+
+    rows, budget, t = [], pallas_plan.device_budget(), scale["tile_t"]
+    h = scale["heads"][1]
+    for dtype in (jnp.bfloat16, jnp.float32):
+        for d in scale["tile_head_dims"]:
+            itemsize = np.dtype(dtype).itemsize
+            old = estimate_choice(t, d, itemsize, budget)
+            options = [old] + [
+                (tile, st)
+                for tile in pallas_plan.TILES
+                for st in pallas_plan.STAGES
+                if tile <= pallas_plan.pow2_at_least_16(t) and (tile, st) != old
+                and max(pallas_plan.smem_of(tile, tile, d, d, itemsize, st).values()) <= budget
+            ]  # fmt: skip
+            q, k, v, ct = qkv(1, t, h, d, dtype)
+            contenders = {}
+            for i, (tile, st) in enumerate(options):
+                n = t // tile
+                table, count = blockwise.dense_table(n, n, tile, tile, causal=True, offset=0)
+                name = f"{'estimate_' if i == 0 else ''}t{tile}_st{st}"
+                contenders[name] = lambda q, k, v, tb=table, c=count, tl=tile, st=st: (
+                    pallas_blocks.block_sparse_attention(
+                        q, k, v, table=tb, count=c, block_q=tl, block_k=tl, causal=True,
+                        num_stages=st,
+                    )
+                )  # fmt: skip
+            planned = pallas_plan.plan(t, t, d, dtype=dtype)
+            res = interleaved({n: grad_fn(f) for n, f in contenders.items()}, (q, k, v, ct),
+                              scale["rounds"])  # fmt: skip
+            rows.append(dict(section="tiles", T=t, B=1, causal=True, dtype=np.dtype(dtype).name,
+                             head_dim=d, budget=budget, seconds=res,
+                             planned=f"t{planned.block_q}_st{planned.num_stages}"))  # fmt: skip
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def efficient_section(scale):
     rows = []
     for t in scale["efficient"]:
@@ -249,6 +310,18 @@ def markdown(rows) -> str:
             )
         notes = {n: v for r in sec for n, v in r.get("notes", {}).items()}
         out += [f"- {n}: {v}" for n, v in notes.items()]
+    tiles = [r for r in rows if r["section"] == "tiles"]
+    if tiles:
+        out.append("\n### tiles (causal fwd+bwd ms; ratio = the estimate's choice / contender)\n")
+        for r in tiles:
+            base = r["seconds"][next(iter(r["seconds"]))]
+            cells = [
+                f"{n} {v * 1e3:.2f} ({base / v:.2f}x)"
+                if isinstance(v, float) and isinstance(base, float) else f"{n} {str(v)[:40]}"
+                for n, v in r["seconds"].items()
+            ]  # fmt: skip
+            out.append(f"- T={r['T']} {r['dtype']} D={r['head_dim']} (planned {r['planned']}, "
+                       f"budget {r['budget']} B): " + "; ".join(cells))  # fmt: skip
     for r in rows:
         if r["section"] == "train":
             out.append(_sibling("train_bench").markdown(r))
@@ -372,7 +445,7 @@ def device_tests(platform: str, out: Path, timeout_s: int = 1800) -> dict:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", choices=sorted(SCALES), default="gpu")
-    parser.add_argument("--sections", default="tests,dense,sparse,efficient,train")
+    parser.add_argument("--sections", default="tests,dense,sparse,efficient,train,tiles")
     parser.add_argument("--out", default=str(HERE / "results"))
     parser.add_argument("--no-peers", action="store_true", help="skip the PyTorch peers")
     parser.add_argument("--tests-timeout", type=int, default=1800, help="seconds (tests)")
@@ -388,11 +461,10 @@ def main(argv=None):
         parser.error(f"--xent-chunks={args.xent_chunks!r}: positive integers, comma-separated")
     scale = SCALES[args.scale]
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
-    unknown = set(sections) - {"tests", "dense", "sparse", "efficient", "train"}
+    valid = ("tests", "dense", "sparse", "efficient", "train", "tiles")
+    unknown = set(sections) - set(valid)
     if unknown:
-        parser.error(
-            f"--sections: unknown {sorted(unknown)}; valid: tests, dense, sparse, efficient, train"
-        )
+        parser.error(f"--sections: unknown {sorted(unknown)}; valid: {', '.join(valid)}")
     if args.scale in ("gpu", "tpu") and jax.default_backend() != args.scale:
         parser.error(
             f"--scale {args.scale} needs a {args.scale.upper()} backend; this process has "
@@ -418,6 +490,8 @@ def main(argv=None):
             xent_chunks,
         )  # fmt: skip
         print(json.dumps(rows[-1]), flush=True)
+    if "tiles" in sections and jax.default_backend() != "tpu":  # Triton tiles: GPU (smoke: CPU)
+        rows += tiles_section(scale)
     env = {"device": getattr(device, "device_kind", str(device)), **environment.capture()}
     env["torch"] = peers.version() if peers is not None else "not used"
     out = Path(args.out)

@@ -146,7 +146,8 @@ def pallas_attention(q, k, v, *, causal=False, block_q=None, block_k=None, **kwa
     powers of two >= 16).
     """
     t, s = q.shape[1], k.shape[1]
-    tiles = pallas_blocks.plan(t, s, q.shape[-1], v.shape[-1], dtype=q.dtype)
+    learned = pallas_blocks.learned_bias(kwargs.get("score_mod"))
+    tiles = pallas_blocks.plan(t, s, q.shape[-1], v.shape[-1], dtype=q.dtype, learned_bias=learned)
     bq, bk = tiles.block_q, tiles.block_k
     if block_q is not None:
         bq = min(bq, max(16, pallas_plan.pow2_at_most(block_q)))

@@ -374,8 +374,9 @@ def _kernel_tile(q, k, v, bs: int, key, dropout_rate: float, score_mod):
     the kernels cannot run this call."""
     t, s = q.shape[1], k.shape[1]
     tile = pallas_plan.kernel_tile(
-        t, s, q.shape[-1], v.shape[-1], q.dtype, bs, exact=key is not None
-    )
+        t, s, q.shape[-1], v.shape[-1], q.dtype, bs, exact=key is not None,
+        learned_bias=pallas_blocks.learned_bias(score_mod),
+    )  # fmt: skip
     if tile is None:
         return bs, (
             f"block_size={bs} has no power-of-two tile >= 16 (for a block_mask: dividing it) "

@@ -83,6 +83,15 @@ def supported(
     return None
 
 
+def learned_bias(score_mod) -> bool:
+    """Whether the kernels carry a learned bias table (T5's: its gradient in dK/dV)."""
+    return (
+        score_mod is not None
+        and score_mod.form is not None
+        and (score_mod.form.scheme == "t5_bias")
+    )
+
+
 def _single_block(table) -> bool:
     return tuple(np.shape(table)) == (1, 1)
 
@@ -101,7 +110,7 @@ def _retile_single_block(count, t: int, s: int, bq: int, bk: int, causal: bool):
     return table, new_count
 
 
-def _launch_settings(dtype, d, dv, bq, bk, num_warps, num_stages, *, check: bool):
+def _launch_settings(dtype, d, dv, bq, bk, num_warps, num_stages, *, check: bool, learned=False):
     """``(num_warps, num_stages)``: given values, else the deepest pipeline whose shared
     memory fits the device (``pallas_plan``). With ``check`` (compiling for a GPU), tiles
     that fit no pipeline depth raise before anything compiles."""
@@ -109,17 +118,19 @@ def _launch_settings(dtype, d, dv, bq, bk, num_warps, num_stages, *, check: bool
     itemsize = np.dtype(dtype).itemsize
     budget = pallas_plan.device_budget()
     stages = (num_stages,) if num_stages else pallas_plan.STAGES
-    fitting = [
-        st
-        for st in stages
-        if max(pallas_plan.smem_estimate(bq, bk, dp, dvp, itemsize, st).values()) <= budget
-    ]
+
+    def need(st):
+        smem = pallas_plan.smem_of(bq, bk, dp, dvp, itemsize, st, learned_bias=learned)
+        return max(smem.values())
+
+    fitting = [st for st in stages if need(st) <= budget]
     if check and not fitting:
-        need = max(pallas_plan.smem_estimate(bq, bk, dp, dvp, itemsize, stages[-1]).values())
-        best = pallas_plan.plan(bq, bk, d, dv, dtype=dtype, budget=budget).block_q
+        best = pallas_plan.plan(
+            bq, bk, d, dv, dtype=dtype, budget=budget, learned_bias=learned
+        ).block_q
         raise ValueError(
             f"Pallas block-sparse attention: tiles {bq}x{bk} at head dims {d}/{dv} in "
-            f"{np.dtype(dtype).name} need about {need} bytes of shared memory, above this "
+            f"{np.dtype(dtype).name} need {need(stages[-1])} bytes of shared memory, above this "
             f"device's {budget}; use tiles <= {best} (seqjax.attention.pallas_blocks.plan)"
         )
     warps = num_warps or pallas_plan.num_warps(bq, bk, dp, dvp)
@@ -185,15 +196,17 @@ def block_sparse_attention(
         raise ValueError(f"Pallas block-sparse attention: {why}")
     interpret = default_interpret() if interpret is None else interpret
     blockwise._check_not_forward_mode(q, k, v)
+    learned = learned_bias(score_mod)
     if _single_block(table):
         # One dense block (e.g. the Sparse Transformer's column part, n = T / l rows):
         # tiled by the planner over the dense table; positions past t / s are masked.
-        tiles = pallas_plan.plan(t, s, d, dv_in, dtype=q.dtype)
+        tiles = pallas_plan.plan(t, s, d, dv_in, dtype=q.dtype, learned_bias=learned)
         block_q, block_k = tiles.block_q, tiles.block_k
         table, count = _retile_single_block(count, t, s, block_q, block_k, causal)
     num_warps, num_stages = _launch_settings(
-        q.dtype, d, dv_in, block_q, block_k, num_warps, num_stages, check=not interpret
-    )
+        q.dtype, d, dv_in, block_q, block_k, num_warps, num_stages, check=not interpret,
+        learned=learned,
+    )  # fmt: skip
     bq, bk = block_q, block_k
     nq, nk = -(-t // bq), -(-s // bk)
     if table.shape[0] != nq:

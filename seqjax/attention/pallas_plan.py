@@ -8,8 +8,17 @@ of ``pallas_blocks`` (forward; backward dK/dV; backward dQ) so that the estimate
 kernel's shared memory fits the budget of the device, and every Pallas caller (``dense``,
 ``sparse_*``, ``flex``, ``local``, the score-mod kernels) takes its tiles from it.
 
-The estimate (bytes; ``st`` = num_stages, ``e`` = the element size of q/k/v, the dims
-padded to the kernels' powers of two; FlashAttention-2, Dao 2023, Alg. 1-2 loop structure):
+The figures (bytes) are the compiler's: ``pallas_smem.TABLE`` holds each kernel's shared
+memory as XLA's GPU compiler (Triton) allocates it, for every square tile, padded head dim,
+element size and pipeline depth the planner can choose, compiled with a key mask, segment
+ids and dropout (so the figure bounds every caller's), generated on a compile-only H100 by
+``experiments/accelerator/smem_table.py`` and re-checked by
+``tests/accelerator/test_compile_gpu.py`` (issue 49). The T5 bias adds its table's gradient to
+dK/dV (``learned_bias``: ``pallas_smem.T5_DKDV_PER_ELEMENT`` bytes per tile element).
+
+Where the table has no entry (tiles of two sizes, 1-byte elements) the estimate stands in
+(``st`` = num_stages, ``e`` = the element size of q/k/v, the dims padded to the kernels'
+powers of two; FlashAttention-2, Dao 2023, Alg. 1-2 loop structure):
 
 * forward:  ``e (bq D + st bk (D + Dv)) + e bq bk`` — the resident query tile, ``st``
   pipelined key and value tiles, and the probabilities re-laid out as a dot operand;
@@ -18,10 +27,8 @@ padded to the kernels' powers of two; FlashAttention-2, Dao 2023, Alg. 1-2 loop 
   statistics, and ``P^T`` and ``dS^T`` as dot operands;
 * dQ:       ``e (bq (D + Dv) + st bk (D + Dv)) + e bq bk``;
 
-plus the per-block mask rows (key mask, segment ids: ``4 st (bq + bk)``). It reproduces the
-one figure measured on an H200 (bf16, D 64, 512-row tiles, 2 stages: the forward kernel asked
-for 327,680 bytes = ``2 (512 * 64 + 2 * 512 * 128)``; issue 36) and adds the operand re-layout
-on top, so it errs on the large side.
+plus the per-block mask rows (key mask, segment ids: ``4 st (bq + bk)``). Against the
+compiler's figures it is safe but loose (the operand re-layouts are not all allocated).
 
 The budget (bytes of shared memory one block may opt in to): read from the device where
 JAX exposes it, else from its compute capability, else a table by ``device_kind``; with no
@@ -40,6 +47,9 @@ import os
 
 import jax
 import numpy as np
+
+from seqjax import compile_targets
+from seqjax.attention import pallas_smem
 
 KIB = 1024
 # Shared memory one block may use (the opt-in maximum), by compute capability.
@@ -71,7 +81,7 @@ BUDGET_BY_KIND = (
     ("RTX", 99 * KIB),
 )
 DEFAULT_BUDGET = 99 * KIB
-ENV_BUDGET = "SEQJAX_PALLAS_SMEM_BYTES"
+ENV_BUDGET = compile_targets.PALLAS_BUDGET_ENV  # "SEQJAX_PALLAS_SMEM_BYTES"
 # Square tiles, largest first (one size for the query and key tables: the sparse tables
 # are built with one block size), and the pipeline depths tried for each.
 TILES = (128, 64, 32, 16)
@@ -170,6 +180,21 @@ def smem_estimate(bq: int, bk: int, d: int, dv: int, itemsize: int, stages: int)
     }
 
 
+def smem_of(
+    bq: int, bk: int, d: int, dv: int, itemsize: int, stages: int, *, learned_bias=False
+) -> dict:
+    """Shared-memory bytes of each kernel: the compiler's (``pallas_smem.TABLE``, at the
+    larger head dim) for square tiles, else ``smem_estimate`` (module docstring)."""
+    row = pallas_smem.TABLE.get((itemsize, max(d, dv), bq, stages)) if bq == bk else None
+    if row is None:
+        smem = smem_estimate(bq, bk, d, dv, itemsize, stages)
+    else:
+        smem = dict(zip(KERNELS, row))
+    if learned_bias:
+        smem["dkdv"] += int(np.ceil(pallas_smem.T5_DKDV_PER_ELEMENT * bq * bk))
+    return smem
+
+
 def check_head_dims(d: int, dv: int) -> str | None:
     """Why the kernels cannot take these head dims (None when they can)."""
     for name, x in (("head dim", d), ("value head dim", dv)):
@@ -187,6 +212,7 @@ def plan(
     dtype=np.float32,
     max_block: int | None = None,
     budget: int | None = None,
+    learned_bias: bool = False,
 ) -> Plan:
     """The largest square tile (and pipeline depth) whose kernels fit the budget.
 
@@ -197,6 +223,7 @@ def plan(
       dtype: dtype of q, k, v.
       max_block: an upper bound on the tile (a pattern's block); tiles stay powers of two.
       budget: shared-memory bytes per block; default ``device_budget()``.
+      learned_bias: the kernels carry T5's learned bias (its gradient in dK/dV).
 
     Raises:
       ValueError: for a head dim above ``MAX_HEAD_DIM``, or a budget no tile fits.
@@ -215,18 +242,20 @@ def plan(
         if tile > cap:
             continue
         for stages in STAGES:
-            smem = smem_estimate(tile, tile, dp, dvp, itemsize, stages)
+            smem = smem_of(tile, tile, dp, dvp, itemsize, stages, learned_bias=learned_bias)
             if max(smem.values()) <= budget:
                 warps = num_warps(tile, tile, dp, dvp)
                 return Plan(tile, tile, warps, stages, dp, dvp, smem, budget)
     raise ValueError(
         f"Pallas attention kernels: no tile fits the shared-memory budget of {budget} bytes "
         f"for head dims {d}/{dv} in {np.dtype(dtype).name} (valid: budgets >= "
-        f"{max(smem_estimate(MIN_TILE, MIN_TILE, dp, dvp, itemsize, 1).values())} bytes)"
+        f"{max(smem_of(MIN_TILE, MIN_TILE, dp, dvp, itemsize, 1).values())} bytes)"
     )
 
 
-def kernel_tile(t: int, s: int, d: int, dv: int, dtype, block: int, *, exact: bool) -> int | None:
+def kernel_tile(
+    t: int, s: int, d: int, dv: int, dtype, block: int, *, exact: bool, learned_bias=False
+) -> int | None:
     """The kernels' tile for a caller whose pattern is laid out in blocks of ``block``:
     the planner's tile bounded by ``block`` (``exact``: a power of two dividing ``block``,
     for a fixed block layout that is refined, ``refine_layout``). None when no tile of at
@@ -235,7 +264,7 @@ def kernel_tile(t: int, s: int, d: int, dv: int, dtype, block: int, *, exact: bo
     bound = (block & -block) if exact else block
     if bound < MIN_TILE or check_head_dims(d, dv) is not None:
         return None
-    return plan(t, s, d, dv, dtype=dtype, max_block=bound).block_q
+    return plan(t, s, d, dv, dtype=dtype, max_block=bound, learned_bias=learned_bias).block_q
 
 
 def refine_layout(layout_QK: np.ndarray, block: int, tile: int, t: int, s: int) -> np.ndarray:

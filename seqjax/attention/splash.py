@@ -30,6 +30,7 @@ Legend: B batch, T query length, S key length, H heads, D head dim.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -119,10 +120,22 @@ def _kernel(head_fns: tuple, t: int, s: int, tp: int, sp: int, causal: bool, int
     ``make_splash_mha`` turns its mask info into arrays with ``jnp.array``: built there, the
     cached kernel would hold that trace's tracers and every later trace would fail with
     ``UnexpectedTracerError``. ``ensure_compile_time_eval`` builds it eagerly (concrete
-    arrays, constants of every later trace) wherever the first call comes from.
+    arrays, constants of every later trace) wherever the first call comes from, outside the
+    caller's mesh (whose devices may be compile-only: ``seqjax.compile_targets``).
     """
-    with jax.ensure_compile_time_eval():
+    with _outside_mesh(), jax.ensure_compile_time_eval():
         return _build_kernel(head_fns, t, s, tp, sp, causal, interpret)
+
+
+def _outside_mesh():
+    """Eager ops on the default device, not the caller's mesh (``jax.set_mesh`` cannot be
+    entered inside ``jit``; JAX's internal context does it)."""
+    from jax._src import mesh as mesh_lib
+    from jax._src import sharding_impls
+
+    use = getattr(sharding_impls, "_internal_use_concrete_mesh", None)
+    empty = getattr(mesh_lib, "empty_concrete_mesh", None)
+    return contextlib.nullcontext() if use is None or empty is None else use(empty)
 
 
 def _build_kernel(head_fns, t, s, tp, sp, causal, interpret):

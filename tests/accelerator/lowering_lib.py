@@ -203,36 +203,11 @@ def _fake_info(config):
 
 def train_step_and_args(config):
     """The jitted train step of ``config`` (sharded as training shards it) and abstract
-    ``(state, batch)`` arguments, built as ``seqjax.train.setup.build`` builds them."""
-    from seqjax import tasks
-    from seqjax.models import memory
-    from seqjax.train import optim, sharding, state
-    from seqjax.train import step as step_lib
+    ``(state, batch)`` arguments (``seqjax.train.dry_run.train_step_and_args``; the data
+    is described by ``_fake_info``, never read)."""
+    from seqjax.train import dry_run
 
-    mesh = sharding.make_mesh(config.mesh)
-    info = _fake_info(config)
-    task = tasks.for_run(config, info)
-    model_cfg = task.model_config(config, info)
-    rec = memory.recurrence(config)
-    model = task.build_model(config, model_cfg)
-    tx, schedule = optim.make_optimizer(config.optimizer, config.train.num_steps)
-    input_shapes = task.init_shapes(config, info)
-    b = int(config.data.batch_size)
-    abstract, shardings, _ = state.create_state(
-        model, tx, input_shapes, config.seed, mesh, memory_batch=b if rec else 0
-    )
-    fn = step_lib.make_train_step(
-        model, task, tx, schedule, accum_steps=1, mesh=mesh, epoch_steps=4 if rec else None
-    )
-    jitted = step_lib.jit_train_step(fn, shardings, mesh)
-    t = input_shapes[0][1]
-    batch_sh = sharding.batch_sharding(mesh)
-    shapes = {1: (b,), 2: (b, t)}
-    batch = {
-        field: jax.ShapeDtypeStruct(shapes[rank], jax.numpy.dtype(dtype), sharding=batch_sh)
-        for field, (dtype, rank) in task.batch_fields.items()
-    }
-    return jitted, (abstract, batch), mesh
+    return dry_run.train_step_and_args(config, _fake_info(config), accum_steps=1)
 
 
 def export_train_step(config, platform: str) -> jax_export.Exported:

@@ -202,7 +202,8 @@ def test_long_pallas_calls_lower_with_tiles_that_fit(name, budget, monkeypatch):
     """``implementation="pallas"`` at T = 65,536 (bf16, D 64): on the H200 the dense call
     asked for 327,680 bytes of shared memory (chunked's 512-row tiles) and sparse_strided's
     column part for one 512-row block (issue 36). Now every Triton kernel's tiles come from
-    the planner: the grids say which, and their estimate fits the budget."""
+    the planner: the grids say which, and their shared memory (the compiler's figures,
+    ``pallas_smem``) fits the budget."""
     if budget is not None:
         monkeypatch.setenv(pallas_plan.ENV_BUDGET, str(budget))
     budget = pallas_plan.device_budget()
@@ -218,7 +219,7 @@ def test_long_pallas_calls_lower_with_tiles_that_fit(name, budget, monkeypatch):
     for c in calls:
         # The column part runs [B l, n] = [128, 512] (grid (n / tile, B l, H)); the rest [1, T].
         tile = (LONG if c["grid"][1] == 1 else LONG // 128) // c["grid"][0]
-        est = pallas_plan.smem_estimate(tile, tile, D, D, 2, c["num_stages"])
+        est = pallas_plan.smem_of(tile, tile, D, D, 2, c["num_stages"])
         assert max(est.values()) <= budget, (c, est)
         assert c["num_warps"] in (4, 8)
     if name == "dense":

@@ -30,7 +30,7 @@ def test_accelerator_script_smoke(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     payload = json.loads((tmp_path / "smoke.json").read_text())
     sections = {r["section"] for r in payload["rows"]}
-    assert sections == {"dense", "sparse", "efficient", "train"}
+    assert sections == {"dense", "sparse", "efficient", "train", "tiles"}
     for row in payload["rows"]:
         for name, value in row.get("seconds", {}).items():
             assert isinstance(value, float) and value > 0, (row["section"], name, value)
