@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 # The layers, from the bottom up; names on one line are one layer (docs/architecture.md prints
 # the same block). A new top-level module or package is placed here *and* in the document.
 ORDER = """
-environment bench op_profile compile_cache
+environment bench op_profile compile_cache compile_targets
 attention
 decoding
 models
