@@ -26,6 +26,7 @@ BUILTIN = (
     "seqjax.convert.archs.bert",
     "seqjax.convert.archs.gpt2",
     "seqjax.convert.archs.t5",
+    "seqjax.convert.archs.xlnet",
 )
 
 
