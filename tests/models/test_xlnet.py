@@ -76,3 +76,87 @@ def test_content_stream_equals_transformers(pair, implementation):
     for mine, ref in zip(hiddens, out.hidden_states):
         np.testing.assert_allclose(np.asarray(mine), ref.numpy(), **TOL)
     np.testing.assert_allclose(np.asarray(logits), out.logits.numpy(), **TOL)
+
+
+def _permutation(seed, t=T, reuse_len=4, num_predict=3):
+    """perm_mask / target_mapping from the port of zihangdai/xlnet's ``_local_perm``."""
+    from tests.data import _xlnet_reference as ref
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for row in _ids(seed + 100, (B, t)):
+        masks = [
+            ref.ref_sample_mask(rng, row[h], mask_alpha=6, mask_beta=1, goal_num_predict=g)
+            for h, g in ((slice(0, reuse_len), num_predict - num_predict // 2),
+                         (slice(reuse_len, t), num_predict // 2))
+        ]  # fmt: skip
+        out.append(
+            ref.ref_parse(rng, row, row, np.concatenate(masks), seq_len=t, reuse_len=reuse_len,
+                          perm_size=reuse_len, num_predict=num_predict)
+        )  # fmt: skip
+    return {k: np.stack([o[k] for o in out]) for k in out[0]}
+
+
+@pytest.mark.parametrize("implementation", ["reference", "blockwise"])
+def test_query_stream_equals_transformers(pair, implementation):
+    """Oracle 2: a perm_mask and target_mapping from the port of ``_local_perm``: the
+    query-stream logits ``[B, P, V]`` equal ``XLNetLMHeadModel``'s."""
+    hf, imp, _ = pair
+    import dataclasses
+
+    model = convert.make_model(
+        "xlnet", dataclasses.replace(imp.config, implementation=implementation)
+    )
+    ex = _permutation(7)
+    ids, types = ex["input_k"], _types()
+    with torch.no_grad():
+        perm, tmap = _t(ex["perm_mask"], torch.float32), _t(ex["target_mapping"], torch.float32)
+        out = hf(_t(ids), token_type_ids=_t(types), perm_mask=perm, target_mapping=tmap)
+        ref = out.logits
+    mine = model.apply(
+        {"params": imp.params}, jnp.asarray(ids), token_types_BT=jnp.asarray(types),
+        perm_mask_BTT=jnp.asarray(ex["perm_mask"] > 0),
+        target_mapping_BPT=jnp.asarray(ex["target_mapping"]),
+    )  # fmt: skip
+    assert mine.shape == (B, 3, V)
+    np.testing.assert_allclose(np.asarray(mine), ref.numpy(), **TOL)
+
+
+@pytest.mark.parametrize("mem_len", [4, 8, 12])
+def test_memory_across_segments_equals_transformers(pair, mem_len):
+    """Oracle 3: three segments, ``reuse_len = T/2``, ``mem_len`` <, = and > T: every
+    layer's cached tensors and each segment's logits (content stream, then the query stream
+    of a permutation on the last segment) equal ``transformers``' ``mems``."""
+    hf, imp, _ = pair
+    import dataclasses
+
+    model = convert.make_model(
+        "xlnet", dataclasses.replace(imp.config, mem_len=mem_len, reuse_len=T // 2)
+    )
+    hf.transformer.mem_len, hf.transformer.reuse_len = mem_len, T // 2
+    try:
+        ref_mems, mine_mems = None, None
+        ex = _permutation(11)
+        for seg in range(3):
+            ids, types = _ids(20 + seg), _types()
+            kw_hf, kw = {}, {}
+            if seg == 2:
+                kw_hf = dict(perm_mask=_t(ex["perm_mask"], torch.float32),
+                             target_mapping=_t(ex["target_mapping"], torch.float32))  # fmt: skip
+                kw = dict(perm_mask_BTT=jnp.asarray(ex["perm_mask"] > 0),
+                          target_mapping_BPT=jnp.asarray(ex["target_mapping"]))  # fmt: skip
+            with torch.no_grad():
+                out = hf(_t(ids), token_type_ids=_t(types), mems=ref_mems, use_mems=True, **kw_hf)
+            logits, (mine_mems, _) = model.apply(
+                {"params": imp.params}, jnp.asarray(ids), token_types_BT=jnp.asarray(types),
+                mems=mine_mems, return_state=True, **kw,
+            )  # fmt: skip
+            ref_mems = out.mems
+            np.testing.assert_allclose(np.asarray(logits), out.logits.numpy(), **TOL)
+            assert len(mine_mems) == len(ref_mems) == 2
+            for mine, ref in zip(mine_mems, ref_mems):
+                ref_BME = ref.numpy().transpose(1, 0, 2)
+                assert mine.shape == ref_BME.shape == (B, min(mem_len, (seg + 1) * T // 2), 32)
+                np.testing.assert_allclose(np.asarray(mine), ref_BME, **TOL)
+    finally:
+        hf.transformer.mem_len, hf.transformer.reuse_len = None, None
