@@ -64,6 +64,7 @@ class XLNetConfig:
     implementation: str = "reference"
     num_labels: int = 0
     summary_activation: str = "tanh"
+    pad_id: int | None = None
 
     @property
     def dim_head(self) -> int:
@@ -209,15 +210,10 @@ def cache_memory(h_BTE, mem_BME, mem_len: int, reuse_len: int):
     return jax.lax.stop_gradient(new)
 
 
-class XLNet(nn.Module):
-    """XLNet LM (``XLNetLMHeadModel``): tokens -> logits of the content stream ``[B, T, V]``,
-    or of the query stream ``[B, P, V]`` when ``target_mapping`` is given.
-
-    Call arguments (all optional but ``tokens_BT``): ``token_types_BT`` (segments A/B),
-    ``perm_mask_BTT`` (True = may not attend), ``target_mapping_BPT`` (float one-hot rows),
-    ``mask_BT`` (True = real token), ``mems`` (``n_layers`` arrays ``[B, M, E]``),
-    ``return_state`` (also return ``(new_mems, hiddens)``: ``hiddens`` the content stream
-    entering each layer and leaving the last, as ``output_hidden_states``)."""
+class XLNetEncoder(nn.Module):
+    """Token table, ``mask_emb`` and the layers (``XLNetModel``): ``(output [B, T or P, E],
+    new_mems, hiddens)``; see ``XLNet`` for the call arguments. ``encoder`` in every XLNet
+    model (so ``config.init_from`` moves it from pre-training to fine-tuning)."""
 
     cfg: XLNetConfig
 
@@ -229,18 +225,22 @@ class XLNet(nn.Module):
         )
         self.mask_emb = self.param("mask_emb", nn.initializers.normal(0.02), (cfg.d_model,))
         self.layers = [XLNetLayer(cfg, name=f"layer_{i}") for i in range(cfg.num_layers)]
-        self.lm_loss_bias = self.param("lm_loss_bias", nn.initializers.zeros, (cfg.vocab_size,))
         self.drop = nn.Dropout(cfg.dropout_rate)
 
-    def encode(
+    def attend(self, x_BXE):
+        """Logits against the token table (float32)."""
+        return self.word_embedding.attend(x_BXE.astype(jnp.float32)).astype(jnp.float32)
+
+    def __call__(
         self, tokens_BT, *, token_types_BT=None, perm_mask_BTT=None, target_mapping_BPT=None,
         mask_BT=None, mems=None, deterministic=True,
     ):  # fmt: skip
-        """``(output [B, T or P, E], new_mems, hiddens)`` (see the class docstring)."""
         cfg = self.cfg
         b, t = tokens_BT.shape
         if mems is not None and len(mems) != cfg.num_layers:
             raise ValueError(f"mems has {len(mems)} arrays; expected num_layers={cfg.num_layers}")
+        if mask_BT is None and cfg.pad_id is not None:
+            mask_BT = tokens_BT != cfg.pad_id
         m = 0 if mems is None else mems[0].shape[1]
         masks = attention_masks(b, t, m, perm_mask_BTT, mask_BT)
         h = self.drop(self.word_embedding(tokens_BT), deterministic=deterministic)
@@ -248,7 +248,7 @@ class XLNet(nn.Module):
         if target_mapping_BPT is not None:
             target_mapping_BPT = target_mapping_BPT.astype(h.dtype)
             p = target_mapping_BPT.shape[1]
-            g = jnp.broadcast_to(self.mask_emb.astype(h.dtype), (b, p, cfg.d_model))
+            g = jnp.broadcast_to(self.mask_emb.astype(h.dtype)[None, None], (b, p, cfg.d_model))
             g = self.drop(g, deterministic=deterministic)
         types_BS = None
         if token_types_BT is not None:
@@ -267,12 +267,57 @@ class XLNet(nn.Module):
         out = self.drop(h if g is None else g, deterministic=deterministic)
         return out, tuple(new_mems), tuple(hiddens)
 
-    def logits(self, out_BXE):
-        """The LM head tied to the token table (``lm_loss``), float32."""
-        out = self.word_embedding.attend(out_BXE.astype(jnp.float32))
-        return out.astype(jnp.float32) + self.lm_loss_bias[None, None]
+
+class XLNet(nn.Module):
+    """XLNet LM (``XLNetLMHeadModel``): tokens -> logits of the content stream ``[B, T, V]``,
+    or of the query stream ``[B, P, V]`` when ``target_mapping`` is given.
+
+    Call arguments (all optional but ``tokens_BT``): ``token_types_BT`` (segments A/B),
+    ``perm_mask_BTT`` (True = may not attend), ``target_mapping_BPT`` (float one-hot rows),
+    ``mask_BT`` (True = real token; default ``tokens != cfg.pad_id`` when set), ``mems``
+    (``n_layers`` arrays ``[B, M, E]``), ``deterministic``, ``return_state`` (also return
+    ``(new_mems, hiddens)``: ``hiddens`` the content stream entering each layer and leaving
+    the last, as ``output_hidden_states``)."""
+
+    cfg: XLNetConfig
+
+    def setup(self):
+        self.encoder = XLNetEncoder(self.cfg)
+        self.lm_loss_bias = self.param(
+            "lm_loss_bias", nn.initializers.zeros, (self.cfg.vocab_size,)
+        )
 
     def __call__(self, tokens_BT, *, return_state=False, **kwargs):
-        out, new_mems, hiddens = self.encode(tokens_BT, **kwargs)
-        logits = self.logits(out)
+        out, new_mems, hiddens = self.encoder(tokens_BT, **kwargs)
+        logits = self.encoder.attend(out) + self.lm_loss_bias[None, None]
         return (logits, (new_mems, hiddens)) if return_state else logits
+
+
+class XLNetClassifier(nn.Module):
+    """Sequence classifier (``XLNetForSequenceClassification``, Yang et al. 2019 §3.3): the
+    content stream's last real token (XLNet's ``summary_type="last"``; right-padded rows use
+    their last non-padding position) -> ``tanh(W_s x)`` -> dropout -> ``[B, num_labels]``."""
+
+    cfg: XLNetConfig
+
+    @nn.compact
+    def __call__(self, tokens_BT, *, mask_BT=None, token_types_BT=None, deterministic=True):
+        cfg = self.cfg
+        if mask_BT is None and cfg.pad_id is not None:
+            mask_BT = tokens_BT != cfg.pad_id
+        out_BTE, _, _ = XLNetEncoder(cfg, name="encoder")(
+            tokens_BT, mask_BT=mask_BT, token_types_BT=token_types_BT, deterministic=deterministic
+        )
+        t = tokens_BT.shape[1]
+        last_B = jnp.full(tokens_BT.shape[:1], t - 1)
+        if mask_BT is not None:
+            last_B = jnp.maximum(jnp.sum(mask_BT.astype(jnp.int32), axis=1) - 1, 0)
+        x_BE = jnp.take_along_axis(out_BTE, last_B[:, None, None], axis=1)[:, 0]
+        init = nn.initializers.normal(0.02)
+        x_BE = activation(cfg.summary_activation)(
+            nn.Dense(cfg.d_model, kernel_init=init, name="summary")(x_BE)
+        )
+        x_BE = nn.Dropout(cfg.dropout_rate)(x_BE, deterministic=deterministic)
+        return nn.Dense(cfg.num_labels, kernel_init=init, name="logits_proj")(x_BE).astype(
+            jnp.float32
+        )

@@ -81,22 +81,22 @@ def xlnet_rules(cfg, prefix=None, tensors=None) -> list:
     del tensors
     p = "transformer." if prefix is None else prefix
     rs = [
-        mapping.copy(("word_embedding", "embedding"), f"{p}word_embedding.weight"),
-        _mask_emb(("mask_emb",), f"{p}mask_emb"),
+        mapping.copy(("encoder", "word_embedding", "embedding"), f"{p}word_embedding.weight"),
+        _mask_emb(("encoder", "mask_emb"), f"{p}mask_emb"),
         mapping.copy(("lm_loss_bias",), "lm_loss.bias"),
     ]
     for i in range(cfg.num_layers):
-        sx, hf = f"layer_{i}", f"{p}layer.{i}"
+        sx, hf = ("encoder", f"layer_{i}"), f"{p}layer.{i}"
         for n in ("q", "k", "v", "o", "r", "r_r_bias", "r_s_bias", "r_w_bias", "seg_embed"):
-            rs.append(mapping.copy((sx, "rel_attn", n), f"{hf}.rel_attn.{n}"))
+            rs.append(mapping.copy((*sx, "rel_attn", n), f"{hf}.rel_attn.{n}"))
         for mod in ("rel_attn", "ff"):
             rs.append(
-                mapping.copy((sx, mod, "layer_norm", "scale"), f"{hf}.{mod}.layer_norm.weight")
+                mapping.copy((*sx, mod, "layer_norm", "scale"), f"{hf}.{mod}.layer_norm.weight")
             )
-            rs.append(mapping.copy((sx, mod, "layer_norm", "bias"), f"{hf}.{mod}.layer_norm.bias"))
+            rs.append(mapping.copy((*sx, mod, "layer_norm", "bias"), f"{hf}.{mod}.layer_norm.bias"))
         for lin in ("layer_1", "layer_2"):
-            rs.append(mapping.linear((sx, "ff", lin, "kernel"), f"{hf}.ff.{lin}.weight"))
-            rs.append(mapping.copy((sx, "ff", lin, "bias"), f"{hf}.ff.{lin}.bias"))
+            rs.append(mapping.linear((*sx, "ff", lin, "kernel"), f"{hf}.ff.{lin}.weight"))
+            rs.append(mapping.copy((*sx, "ff", lin, "bias"), f"{hf}.ff.{lin}.bias"))
     return rs
 
 
@@ -117,7 +117,7 @@ XLNET = registry.register(
         make_model=make_model,
         prefix_anchor="word_embedding.weight",
         optional=("lm_loss_bias",),
-        export_ignores=("implementation", "num_labels", "summary_activation"),
+        export_ignores=("implementation", "num_labels", "summary_activation", "pad_id"),
         family="xlnet",
     )
 )
