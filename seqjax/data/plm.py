@@ -53,8 +53,7 @@ def problems(cfg) -> list[tuple[str, object, str]]:
     o = options(cfg)
     if not 0 < o["reuse_len"] < t:
         out.append(("plm_reuse_len", o["reuse_len"], f"an integer in (0, seq_len={t})"))
-    elif not (0 < o["perm_size"] <= min(o["reuse_len"], t - o["reuse_len"])
-              and o["reuse_len"] % o["perm_size"] == 0 == (t - o["reuse_len"]) % o["perm_size"]):  # fmt: skip
+    elif not _divides(o["perm_size"], o["reuse_len"], t - o["reuse_len"]):
         out.append(("plm_perm_size", o["perm_size"], "a divisor of both halves' lengths, "
                     "<= plm_reuse_len and <= seq_len - plm_reuse_len"))  # fmt: skip
     if not 2 <= o["num_predict"] <= t // 2:
@@ -62,6 +61,10 @@ def problems(cfg) -> list[tuple[str, object, str]]:
     if o["mask_alpha"] < o["mask_beta"] or o["mask_beta"] < 1:
         out.append(("plm_mask_alpha", o["mask_alpha"], "an integer >= plm_mask_beta >= 1"))
     return out
+
+
+def _divides(p: int, *lengths: int) -> bool:
+    return all(0 < p <= n and n % p == 0 for n in lengths)
 
 
 class PermutationLM:
