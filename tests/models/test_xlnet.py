@@ -160,3 +160,31 @@ def test_memory_across_segments_equals_transformers(pair, mem_len):
                 np.testing.assert_allclose(np.asarray(mine), ref_BME, **TOL)
     finally:
         hf.transformer.mem_len, hf.transformer.reuse_len = None, None
+
+
+def test_export_round_trip_loads_in_transformers(pair, tmp_path):
+    """``convert.save`` writes a folder ``XLNetLMHeadModel.from_pretrained`` loads with the
+    same logits (and ``convert.load`` reads back the same parameters)."""
+    hf, imp, _ = pair
+    convert.save(tmp_path, "xlnet", imp.config, imp.params)
+    back = transformers.XLNetLMHeadModel.from_pretrained(tmp_path).eval()
+    ids, types = _ids(3), _types()
+    with torch.no_grad():
+        want = hf(_t(ids), token_type_ids=_t(types)).logits.numpy()
+        got = back(_t(ids), token_type_ids=_t(types)).logits.numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    again = convert.load(tmp_path)
+    import jax
+
+    for a, b in zip(jax.tree.leaves(again.params), jax.tree.leaves(imp.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_bad_config_json_is_one_sentence():
+    from seqjax.convert.archs import xlnet as arch
+
+    hf = _hf_config().to_dict()
+    with pytest.raises(ValueError, match="attn_type"):
+        arch.xlnet_config({**hf, "attn_type": "uni"})
+    with pytest.raises(ValueError, match="bi_data"):
+        arch.xlnet_config({**hf, "bi_data": True})
