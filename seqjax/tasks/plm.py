@@ -34,13 +34,15 @@ class PermutationLanguageModel(base.Task):
     }
 
     def input_length(self, config) -> int:
-        return int(config.data.seq_len)
+        from seqjax.data import plm
+
+        return plm.length(config.data)
 
     def describe_data(self, config, info) -> str:
         from seqjax.data import plm
 
         d, o = config.data, plm.options(config.data)
-        return (f"{d.name}, permutation LM on windows of {d.seq_len} tokens ({o['num_predict']} "
+        return (f"{d.name}, permutation LM on rows of {plm.length(d)} tokens ({o['num_predict']} "
                 f"predicted, reuse_len {o['reuse_len']}), batch {d.batch_size}; splits "
                 f"(tokens): {base.split_sizes(info)}")  # fmt: skip
 
@@ -50,7 +52,8 @@ class PermutationLanguageModel(base.Task):
         return Needs(self.name, causal=False)
 
     def apply(self, model, params, batch, *, rng, train: bool, memory=None):
-        """The query stream's logits ``[B, P, V]``."""
+        """The query stream's logits ``[B, P, V]`` (padding keys hidden by the model's
+        ``pad_id``)."""
         del memory
         rngs = {"dropout": rng} if train else {}
         out = model.apply(
@@ -74,7 +77,7 @@ class PermutationLanguageModel(base.Task):
         from seqjax.data import plm
 
         d = run.config.data
-        return 6.0 * n * int(d.batch_size) * (int(d.seq_len) + plm.options(d)["num_predict"])
+        return 6.0 * n * int(d.batch_size) * (plm.length(d) + plm.options(d)["num_predict"])
 
     def tokens_per_step(self, config) -> int:
         from seqjax.data import plm
