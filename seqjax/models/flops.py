@@ -124,7 +124,7 @@ def train_flops_per_step(
     num_params = sum(int(x.size) for x in jax.tree.leaves(params))
     d = model_cfg.d_model
     width = model_cfg.num_heads * model_cfg.dim_head
-    lookup = model_cfg.max_len * d if model_cfg.positional == "learned" else 0
+    lookup = model_cfg.max_len * d if getattr(model_cfg, "positional", "") == "learned" else 0
     if not tied_output:
         lookup += model_cfg.vocab_size * d
     L, T, M = model_cfg.num_layers, seq_len, int(mem_len)

@@ -211,7 +211,8 @@ def cache_memory(h_BTE, mem_BME, mem_len: int, reuse_len: int):
 
 
 class XLNetEncoder(nn.Module):
-    """Token table, ``mask_emb`` and the layers (``XLNetModel``): ``(output [B, T or P, E],
+    """Token table (``embed``, the reference's ``word_embedding``), ``mask_emb`` and the
+    layers (``XLNetModel``): ``(output [B, T or P, E],
     new_mems, hiddens)``; see ``XLNet`` for the call arguments. ``encoder`` in every XLNet
     model (so ``config.init_from`` moves it from pre-training to fine-tuning)."""
 
@@ -220,7 +221,7 @@ class XLNetEncoder(nn.Module):
     def setup(self):
         cfg = self.cfg
         cfg.check()
-        self.word_embedding = nn.Embed(
+        self.embed = nn.Embed(
             cfg.vocab_size, cfg.d_model, embedding_init=nn.initializers.normal(0.02)
         )
         self.mask_emb = self.param("mask_emb", nn.initializers.normal(0.02), (cfg.d_model,))
@@ -229,7 +230,7 @@ class XLNetEncoder(nn.Module):
 
     def attend(self, x_BXE):
         """Logits against the token table (float32)."""
-        return self.word_embedding.attend(x_BXE.astype(jnp.float32)).astype(jnp.float32)
+        return self.embed.attend(x_BXE.astype(jnp.float32)).astype(jnp.float32)
 
     def __call__(
         self, tokens_BT, *, token_types_BT=None, perm_mask_BTT=None, target_mapping_BPT=None,
@@ -243,7 +244,7 @@ class XLNetEncoder(nn.Module):
             mask_BT = tokens_BT != cfg.pad_id
         m = 0 if mems is None else mems[0].shape[1]
         masks = attention_masks(b, t, m, perm_mask_BTT, mask_BT)
-        h = self.drop(self.word_embedding(tokens_BT), deterministic=deterministic)
+        h = self.drop(self.embed(tokens_BT), deterministic=deterministic)
         g = None
         if target_mapping_BPT is not None:
             target_mapping_BPT = target_mapping_BPT.astype(h.dtype)

@@ -45,7 +45,7 @@ class Classification(base.Task):
         rows: + K = ``data.max_examples_per_row``, one CLS slot per example)."""
         from seqjax.data import api as data_api
 
-        cls = 1 if config.model.pooling == "cls" else 0
+        cls = 1 if config.model.get("pooling") == "cls" else 0
         if cls and config.data.get("packing"):  # seqjax.models.transformer.packed_cls_rows
             cls = int(config.data.get("max_examples_per_row", 8))
         return data_api.max_len(config.data) + cls
@@ -116,7 +116,7 @@ class Classification(base.Task):
         from seqjax.tasks import packing_checks
 
         packing_checks.model_problems(config, bad)
-        if config.data.get("packing") and config.model.pooling == "cls":
+        if config.data.get("packing") and config.model.get("pooling") == "cls":
             need = packing_checks.alignment(config)
             if need > 1:
                 bad("model.pooling", "cls", f"'mean' with data.packing=True and model.attention="

@@ -81,7 +81,7 @@ def xlnet_rules(cfg, prefix=None, tensors=None) -> list:
     del tensors
     p = "transformer." if prefix is None else prefix
     rs = [
-        mapping.copy(("encoder", "word_embedding", "embedding"), f"{p}word_embedding.weight"),
+        mapping.copy(("encoder", "embed", "embedding"), f"{p}word_embedding.weight"),
         _mask_emb(("encoder", "mask_emb"), f"{p}mask_emb"),
         mapping.copy(("lm_loss_bias",), "lm_loss.bias"),
     ]
