@@ -35,10 +35,8 @@ def is_texts(cfg) -> bool:
 
 def length(cfg) -> int:
     """T: ``data.seq_len`` (corpus windows) or ``data.max_len`` (example texts)."""
-    if is_texts(cfg):
-        from seqjax.data import api
-
-        return int(api.max_len(cfg))
+    if is_texts(cfg):  # as ``api.max_len``
+        return int(cfg.max_len) if cfg.max_len else int(registry.get(cfg.name).default_max_len)
     return int(cfg.seq_len)
 
 

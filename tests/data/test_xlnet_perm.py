@@ -91,3 +91,46 @@ def test_bad_options():
     with pytest.raises(ValueError, match="reuse_len"):
         xlnet_perm.permutation_example(np.arange(T), np.zeros(T, bool), np.random.default_rng(0),
                                        reuse_len=T, perm_size=4)  # fmt: skip
+
+
+class _Rows:
+    """A stand-in batch maker: right-padded rows of 1..99 (0 = padding)."""
+
+    def __init__(self, lengths):
+        self.lengths = lengths
+
+    def rows(self, step):
+        return np.arange(len(self.lengths)) + step * len(self.lengths)
+
+    def __call__(self, step):
+        rng = np.random.default_rng(step)
+        inputs = np.zeros((len(self.lengths), T), np.int32)
+        for r, n in enumerate(self.lengths):
+            inputs[r, :n] = rng.integers(1, 99, n)
+        return {"inputs": inputs, "targets": inputs, "weights": np.ones(len(self.lengths))}
+
+
+def test_objective_batches_are_the_task_s_and_resumable():
+    """The 'plm' objective's batches pass the task's ``check_batch``, predict real tokens
+    only (padded texts), repeat for the same (seed, step) and differ across steps."""
+    import jax.numpy as jnp
+
+    from seqjax.data import plm
+    from seqjax.tasks import plm as plm_task
+
+    opts = dict(num_predict=4, reuse_len=R, perm_size=R, mask_alpha=3, mask_beta=1, max_gram=5)
+    maker = plm.PermutationLM(_Rows([12, 8, 3, 0]), seed=1, stream=0, num_tokens=0, opts=opts,
+                              texts=True)  # fmt: skip
+    b = maker(0)
+    plm_task.TASK.check_batch({k: jnp.asarray(v) for k, v in b.items()})
+    pos = b["target_mapping"].argmax(-1)
+    real = b["inputs"] != 0
+    for r in range(4):
+        w = b["weights"][r] > 0
+        assert real[r, pos[r, w]].all()  # targets are real tokens
+        np.testing.assert_array_equal(b["targets"][r, w], b["inputs"][r, pos[r, w]])
+    assert b["weights"][0].sum() == 4 and b["weights"][3].sum() == 0
+    again = maker(0)
+    for k in b:
+        np.testing.assert_array_equal(again[k], b[k])
+    assert not np.array_equal(maker(1)["perm_mask"], b["perm_mask"])
