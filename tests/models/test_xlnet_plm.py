@@ -20,16 +20,23 @@ CFG = XLNetConfig(vocab_size=V, d_model=32, num_layers=2, num_heads=4, d_inner=3
 @pytest.fixture(scope="module")
 def model_params():
     model = XLNet(CFG)
-    return model, model.init(jax.random.key(0), jnp.zeros((1, T), jnp.int32))["params"]
+    params = jax.jit(model.init)(jax.random.key(0), jnp.zeros((1, T), jnp.int32))["params"]
+    return model, params
+
+
+@jax.jit
+def _apply(params, ids, types, perm, tmap):
+    return XLNet(CFG).apply({"params": params}, ids, perm_mask_BTT=perm, token_types_BT=types,
+                            target_mapping_BPT=tmap)  # fmt: skip
 
 
 def _log_probs(model, params, ids, types, perm_BTT, positions, truth):
     """log p(truth[p]) of the query stream at each position p, the model reading ``ids``."""
     tmap = np.zeros((1, len(positions), ids.shape[-1]), np.float32)
     tmap[0, np.arange(len(positions)), positions] = 1.0
-    logits = model.apply({"params": params}, jnp.asarray(ids)[None], perm_mask_BTT=perm_BTT[None],
-                         token_types_BT=jnp.asarray(types)[None],
-                         target_mapping_BPT=jnp.asarray(tmap))  # fmt: skip
+    del model
+    logits = _apply(params, jnp.asarray(ids)[None], jnp.asarray(types)[None], perm_BTT[None],
+                    jnp.asarray(tmap))  # fmt: skip
     lp = jax.nn.log_softmax(logits[0], -1)
     return np.asarray(lp[np.arange(len(positions)), truth[positions]])
 
