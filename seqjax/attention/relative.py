@@ -15,6 +15,17 @@ projected embeddings ordered by distance ``S-1 ... 0`` (row m has distance ``S-1
 reference code's pad-reshape trick, with no garbage entries: positions the trick fills with
 garbage are the future ones the causal mask hides anyway).
 
+Bidirectional (``causal=False``; XLNet, Yang et al. 2019, §2.3 and appendix A.2): every
+query sees every key, distances run from ``S-1`` down to ``-(T-1)``, ``r`` has ``S + T - 1``
+rows in that order and the same gather ``BD[i, j] = BD_raw[i, j + T - 1 - i]`` reads them
+(no masked entry any more). XLNet's relative segment encoding (§2.5) adds a third term
+
+    ef(i, j) = (q_i + b_s) . s_{ij},    s_{ij} = seg_embed[same segment ? 0 : 1]
+
+(``r_s_bias`` = ``b_s``, ``seg_embed`` ``[2, H, D]``, segments from ``token_types`` over
+``[memory; segment]``: the reference gives memory positions type 0), and a dense
+``attn_mask`` ``[B, T, S]`` (True = may attend) carries XLNet's permutation masks.
+
 Masks: causal (query i sees memory and segment positions ``j <= M + i``), optionally
 ``same_length`` (every query sees at most ``mem_len`` keys: distance ``< mem_len``, the
 reference code's ``same_length`` band used for evaluation), key padding, segments.
@@ -50,27 +61,57 @@ log = logging.getLogger(__name__)
 IMPLEMENTATIONS = ("reference", "blockwise", "auto")
 
 
-def relative_sinusoid(klen: int, width: int, clamp_len: int = -1):
-    """Sinusoid embeddings of distances ``klen-1 ... 0`` (descending), ``[klen, width]``.
+def relative_sinusoid(klen: int, width: int, clamp_len: int = -1, qlen_future: int = 0):
+    """Sinusoid embeddings of distances ``klen-1 ... -qlen_future`` (descending),
+    ``[klen + qlen_future, width]`` (``qlen_future = T - 1`` for bidirectional attention).
 
-    Distances above ``clamp_len`` (when ``clamp_len > 0``) use the embedding of
-    ``clamp_len`` (Transformer-XL evaluation with a long memory).
+    Distances beyond ``clamp_len`` in magnitude (when ``clamp_len > 0``) use the embedding of
+    ``+-clamp_len`` (Transformer-XL evaluation with a long memory; XLNet's clamp).
     """
-    dist = jnp.arange(klen - 1, -1, -1, dtype=jnp.float32)
+    dist = jnp.arange(klen - 1, -qlen_future - 1, -1, dtype=jnp.float32)
     if clamp_len > 0:
-        dist = jnp.minimum(dist, float(clamp_len))
+        dist = jnp.clip(dist, -float(clamp_len), float(clamp_len))
     inv_freq = 1.0 / (10000.0 ** (jnp.arange(0.0, width, 2.0) / width))
     angle = dist[:, None] * inv_freq[None, :]
     return jnp.concatenate([jnp.sin(angle), jnp.cos(angle)], axis=-1)
 
 
-def rel_shift_gather(bd_raw_BHTS):
-    """``out[..., i, j] = bd_raw[..., i, j + T - 1 - i]`` (clipped; future entries are masked)."""
-    t, s = bd_raw_BHTS.shape[-2:]
+def rel_shift_gather(bd_raw_BHTR, s: int | None = None):
+    """``out[..., i, j] = bd_raw[..., i, j + T - 1 - i]`` for ``j < S`` (``S`` defaults to
+    the R columns of ``bd_raw``; indices are clipped: causal future entries are masked)."""
+    t, r = bd_raw_BHTR.shape[-2:]
+    s = r if s is None else s
     idx_TS = jnp.arange(s)[None, :] + (t - 1) - jnp.arange(t)[:, None]
-    idx_TS = jnp.clip(idx_TS, 0, s - 1)
-    idx = jnp.broadcast_to(idx_TS, bd_raw_BHTS.shape)
-    return jnp.take_along_axis(bd_raw_BHTS, idx, axis=-1)
+    idx_TS = jnp.clip(idx_TS, 0, r - 1)
+    idx = jnp.broadcast_to(idx_TS, bd_raw_BHTR.shape[:-1] + (s,))
+    return jnp.take_along_axis(bd_raw_BHTR, idx, axis=-1)
+
+
+def check_segment_options(seg_embed, r_s_bias, token_types, b, s, h, d) -> None:
+    """One-line errors for the segment term's inputs (all three or none)."""
+    given = [x is not None for x in (seg_embed, r_s_bias, token_types)]
+    if any(given) and not all(given):
+        raise ValueError(
+            "relative segment term needs seg_embed, r_s_bias and token_types together; got "
+            f"seg_embed={given[0]}, r_s_bias={given[1]}, token_types={given[2]}"
+        )
+    if all(given):
+        if tuple(seg_embed.shape) != (2, h, d) or tuple(r_s_bias.shape) != (h, d):
+            raise ValueError(
+                f"seg_embed must be [2, heads, head_dim] = {(2, h, d)} and r_s_bias {(h, d)}; "
+                f"got {tuple(seg_embed.shape)} and {tuple(r_s_bias.shape)}"
+            )
+        if tuple(token_types.shape) != (b, s):
+            raise ValueError(
+                f"token_types must be [batch, seq_k] = {(b, s)}; got {tuple(token_types.shape)}"
+            )
+
+
+def check_attn_mask(attn_mask, b, t, s) -> None:
+    if attn_mask is not None and tuple(attn_mask.shape) != (b, t, s):
+        raise ValueError(
+            f"attn_mask must be [batch, seq_q, seq_k] = {(b, t, s)}; got {tuple(attn_mask.shape)}"
+        )
 
 
 def relative_attention(
@@ -84,6 +125,10 @@ def relative_attention(
     causal=True,
     mask=None,
     segment_ids=None,
+    attn_mask=None,
+    seg_embed=None,
+    r_s_bias=None,
+    token_types=None,
     same_length=False,
     mem_len=0,
     clamp_len=-1,
@@ -100,9 +145,14 @@ def relative_attention(
     Args:
       q: ``[B, T, H, D]`` queries of the current segment.
       k, v: ``[B, S, H, D]`` keys/values over ``[memory; segment]``.
-      r: ``[S, H, D]`` projected relative embeddings ``W_R R`` for distances S-1 ... 0.
+      r: ``[S, H, D]`` projected relative embeddings ``W_R R`` for distances S-1 ... 0
+        (``[S + T - 1, H, D]``, distances S-1 ... -(T-1), when ``causal=False``).
       r_w_bias: ``u``, ``[H, D]``; r_r_bias: ``v``, ``[H, D]``.
-      causal: must be True (Transformer-XL is a decoder).
+      causal: True (Transformer-XL, a decoder) or False (XLNet: bidirectional distances).
+      mask: key padding ``[B, S]``; segment_ids: packing segments (``masks``).
+      attn_mask: bool ``[B, T, S]``, True = query may attend key (XLNet's permutation).
+      seg_embed, r_s_bias, token_types: XLNet's segment term (``[2, H, D]``, ``[H, D]``,
+        int ``[B, S]`` over ``[memory; segment]``); all or none.
       same_length: restrict every query to its ``mem_len`` most recent keys.
       mem_len: the configured memory length (used by ``same_length``).
       clamp_len, untie_r: consumed where ``r`` and the biases are built (the module hooks);
@@ -115,13 +165,19 @@ def relative_attention(
     """
     del clamp_len, untie_r
     registry.check_qkv(q, k, v)
-    if not causal:
-        raise ValueError("relative (Transformer-XL) attention is causal; causal=False is invalid")
     numerics.check_dropout(dropout_rate, dropout_rng)
     b, t, h, d = q.shape
     s = k.shape[1]
-    if r.shape[0] != s or r.shape[1:] != (h, d):
-        raise ValueError(f"r must have shape [seq_k, heads, head_dim] = {(s, h, d)}; got {r.shape}")
+    rows = s if causal else s + t - 1
+    if r.shape[0] != rows or r.shape[1:] != (h, d):
+        what = "seq_k" if causal else "seq_k + seq_q - 1 (causal=False)"
+        raise ValueError(
+            f"r must have shape [{what}, heads, head_dim] = {(rows, h, d)}; got {r.shape}"
+        )
+    check_segment_options(seg_embed, r_s_bias, token_types, b, s, h, d)
+    check_attn_mask(attn_mask, b, t, s)
+    if same_length and not causal:
+        raise ValueError("same_length=True needs causal=True (a band of past keys)")
     if same_length and mem_len <= 0:
         raise ValueError("same_length=True needs mem_len > 0 (the window every query sees)")
     _check_implementation(implementation, block_q, block_k)
@@ -138,9 +194,10 @@ def relative_attention(
                 "attention dropout to 0"
             )
         return relative_blockwise.relative_blockwise_attention(
-            q, k, v, r=r, r_w_bias=r_w_bias, r_r_bias=r_r_bias, mask=mask,
-            segment_ids=segment_ids, same_length=same_length, mem_len=mem_len, scale=scale,
-            block_q=block_q, block_k=block_k,
+            q, k, v, r=r, r_w_bias=r_w_bias, r_r_bias=r_r_bias, causal=causal, mask=mask,
+            segment_ids=segment_ids, attn_mask=attn_mask, seg_embed=seg_embed,
+            r_s_bias=r_s_bias, token_types=token_types, same_length=same_length,
+            mem_len=mem_len, scale=scale, block_q=block_q, block_k=block_k,
         )  # fmt: skip
     scale = numerics.default_scale(scale, d)
     f32 = jnp.float32
@@ -154,8 +211,19 @@ def relative_attention(
             r.astype(q.dtype),
             preferred_element_type=f32,
         )
-        logits_BHTS = (ac_BHTS + rel_shift_gather(bd_raw_BHTS)) * scale
-    valid = masks_lib.dense_mask(b, t, s, causal=True, mask=mask, segment_ids=segment_ids)
+        scores_BHTS = ac_BHTS + rel_shift_gather(bd_raw_BHTS, s)
+    if seg_embed is not None:
+        with jax.named_scope("segment_scores"):
+            ef_BHT2, tq_BT = relative_blockwise.segment_scores(
+                q, seg_embed=seg_embed, r_s_bias=r_s_bias, token_types_BS=token_types
+            )
+            differs_B1TS = (tq_BT[:, :, None] != token_types[:, None, :])[:, None]
+            scores_BHTS = scores_BHTS + jnp.where(differs_B1TS, ef_BHT2[..., 1:], ef_BHT2[..., :1])
+    logits_BHTS = scores_BHTS * scale
+    valid = masks_lib.dense_mask(b, t, s, causal=causal, mask=mask, segment_ids=segment_ids)
+    if attn_mask is not None:
+        am = attn_mask.astype(bool)[:, None]
+        valid = am if valid is None else valid & am
     if same_length:
         dist_TS = (s - t) + jnp.arange(t)[:, None] - jnp.arange(s)[None, :]
         valid = valid & (dist_TS < mem_len)[None, None]
@@ -237,7 +305,8 @@ registry.register(
         module_params=_module_params,
         model_params=_model_params,
         options=("same_length", "mem_len", "clamp_len", "untie_r", "r", "r_w_bias", "r_r_bias")
-        + ("implementation", "block_q", "block_k"),
+        + ("implementation", "block_q", "block_k")
+        + ("attn_mask", "seg_embed", "r_s_bias", "token_types"),
         validate=_validate,
         doc="Transformer-XL relative positional attention over [memory; segment] (Dai et al. "
         "2019); reference | blockwise | auto",

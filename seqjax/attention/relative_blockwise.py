@@ -23,6 +23,12 @@ works through the scan; the scan body is rematerialized (``jax.checkpoint``), so
 backward pass keeps only the per-block carries (``O(T * D)`` per key block), not the
 block scores.
 
+Bidirectional attention (``causal=False``, XLNet: ``r`` has ``S + T - 1`` rows, distances
+``S-1 ... -(T-1)``) uses the same block shift and visits every key block; XLNet's segment
+term adds ``where(differs, ef_diff, ef_same)`` per block from two ``[B, H, T]`` dot products
+(``segment_scores``), and a dense ``attn_mask`` (the permutation) is sliced per
+block.
+
 Attention dropout is not implemented here (its random mask could not equal the reference's
 ``[B, H, T, S]`` draw); ``seqjax.attention.relative`` routes dropout to the materialized
 path.
@@ -47,15 +53,18 @@ BLOCK_Q = 256
 BLOCK_K = 256
 
 
-def key_block_range(i0: int, i1: int, *, t: int, s: int, bk: int, same_length: bool, mem_len: int):
+def key_block_range(
+    i0: int, i1: int, *, t: int, s: int, bk: int, same_length: bool, mem_len: int, causal=True
+):
     """Static ``[lo, hi)`` range of key blocks that queries ``i0 .. i1-1`` can see.
 
     Causal: query i sees keys ``j <= M + i``; ``same_length``: keys at distance
-    ``M + i - j < mem_len``. Blocks outside the band are skipped entirely.
+    ``M + i - j < mem_len``. Blocks outside the band are skipped entirely (none when not
+    causal).
     """
     m = s - t
     nk = -(-s // bk)
-    hi = min((m + i1 - 1) // bk + 1, nk)
+    hi = min((m + i1 - 1) // bk + 1, nk) if causal else nk
     lo = max((m + i0 - mem_len + 1) // bk, 0) if same_length else 0
     return lo, hi
 
@@ -68,6 +77,19 @@ def shift_block(raw_BHqW, bk: int):
     return flat.reshape(*lead, bq, w - 1)[..., :bk]
 
 
+def segment_scores(q_BTHD, *, seg_embed, r_s_bias, token_types_BS):
+    """XLNet's relative segment term (Yang et al. 2019, §2.5), unscaled, ``[B, H, T, S]``
+    as ``(same [B, H, T, 1], different [B, H, T, 1], differs [B, 1, T, S])`` pieces."""
+    t = q_BTHD.shape[1]
+    qs_BTHD = q_BTHD + r_s_bias.astype(q_BTHD.dtype)[None, None]
+    ef_BHT2 = jnp.einsum(
+        "bthd,khd->bhtk", qs_BTHD, seg_embed.astype(q_BTHD.dtype),
+        preferred_element_type=jnp.float32,
+    )  # fmt: skip
+    tq_BT = token_types_BS[:, -t:]
+    return ef_BHT2, tq_BT
+
+
 def relative_blockwise_attention(
     q,
     k,
@@ -76,21 +98,30 @@ def relative_blockwise_attention(
     r,
     r_w_bias,
     r_r_bias,
+    causal=True,
     mask=None,
     segment_ids=None,
+    attn_mask=None,
+    seg_embed=None,
+    r_s_bias=None,
+    token_types=None,
     same_length=False,
     mem_len=0,
     scale=None,
     block_q=BLOCK_Q,
     block_k=BLOCK_K,
 ):
-    """Causal Transformer-XL attention, blockwise (see module docstring).
+    """Transformer-XL / XLNet attention, blockwise (see module docstring).
 
     Args:
       q: ``[B, T, H, D]``; k, v: ``[B, S, H, D]`` over ``[memory; segment]``.
-      r: ``[S, H, D]`` projected relative embeddings for distances ``S-1 ... 0``.
+      r: ``[S, H, D]`` projected relative embeddings for distances ``S-1 ... 0``
+        (``[S + T - 1, H, D]`` down to ``-(T-1)`` when not ``causal``).
       r_w_bias, r_r_bias: ``u`` and ``v`` of §3.3, ``[H, D]``.
+      causal: False for XLNet's bidirectional distances.
       mask: key padding ``[B, S]`` (True = keep); segment_ids: see ``masks``.
+      attn_mask: bool ``[B, T, S]`` (True = may attend), XLNet's permutation mask.
+      seg_embed, r_s_bias, token_types: XLNet's segment term (``segment_scores``).
       same_length, mem_len: every query sees only keys at distance ``< mem_len``.
       scale: logit scale, default ``1/sqrt(D)``.
       block_q, block_k: block sizes (clipped to T and S).
@@ -108,6 +139,12 @@ def relative_blockwise_attention(
     f32 = jnp.float32
     key_mask = masks_lib.check_key_mask(mask, b, s)
     q_seg, kv_seg = masks_lib.split_segment_ids(segment_ids, t, s)
+    if seg_embed is not None:
+        ef_BHT2, tq_BT = segment_scores(
+            q, seg_embed=seg_embed, r_s_bias=r_s_bias, token_types_BS=token_types
+        )
+        tk = numerics.pad_to(token_types, sp)
+    am = numerics.pad_to(attn_mask.astype(bool), sp, axis=2) if attn_mask is not None else None
 
     qw_BTHD = q + r_w_bias.astype(q.dtype)[None, None]
     qr_BTHD = q + r_r_bias.astype(q.dtype)[None, None]
@@ -124,9 +161,11 @@ def relative_blockwise_attention(
         qw_blk, qr_blk = qw_BTHD[:, i0:i1], qr_BTHD[:, i0:i1]
         q_pos = i0 + jnp.arange(nq_i)
         qs_blk = q_seg[:, i0:i1] if q_seg is not None else None
-        lo, hi = key_block_range(i0, i1, t=t, s=s, bk=bk, same_length=same_length, mem_len=mem_len)
+        lo, hi = key_block_range(
+            i0, i1, t=t, s=s, bk=bk, same_length=same_length, mem_len=mem_len, causal=causal
+        )
 
-        def body(carry, j, qw_blk=qw_blk, qr_blk=qr_blk, q_pos=q_pos, qs_blk=qs_blk, i1=i1):
+        def body(carry, j, qw_blk=qw_blk, qr_blk=qr_blk, q_pos=q_pos, qs_blk=qs_blk, i0=i0, i1=i1):
             m, l, acc = carry
             nq_b = qw_blk.shape[1]
             j0 = j * bk
@@ -138,9 +177,18 @@ def relative_blockwise_attention(
                 ac = jnp.einsum("bqhd,bkhd->bhqk", qw_blk, k_blk, preferred_element_type=f32)
             with jax.named_scope("position_scores"):
                 bd_raw = jnp.einsum("bqhd,whd->bhqw", qr_blk, r_blk, preferred_element_type=f32)
-                logits = (ac + shift_block(bd_raw, bk)) * scale
+                scores = ac + shift_block(bd_raw, bk)
+            if seg_embed is not None:
+                with jax.named_scope("segment_scores"):
+                    tk_blk = jax.lax.dynamic_slice_in_dim(tk, j0, bk, axis=1)
+                    differs = (tq_BT[:, i0:i1, None] != tk_blk[:, None, :])[:, None]
+                    ef = ef_BHT2[:, :, i0:i1]
+                    scores = scores + jnp.where(differs, ef[..., 1:], ef[..., :1])
+            logits = scores * scale
             k_pos = j0 + jnp.arange(bk)
-            valid = (k_pos[None, :] < s) & (k_pos[None, :] <= m_len + q_pos[:, None])
+            valid = k_pos[None, :] < s
+            if causal:
+                valid = valid & (k_pos[None, :] <= m_len + q_pos[:, None])
             if same_length:
                 valid = valid & (m_len + q_pos[:, None] - k_pos[None, :] < mem_len)
             valid = valid[None, None]
@@ -149,6 +197,9 @@ def relative_blockwise_attention(
             if ks is not None:
                 ks_blk = jax.lax.dynamic_slice_in_dim(ks, j0, bk, axis=1)
                 valid = valid & (qs_blk[:, :, None] == ks_blk[:, None, :])[:, None]
+            if am is not None:
+                am_blk = jax.lax.dynamic_slice_in_dim(am[:, i0:i1], j0, bk, axis=2)
+                valid = valid & am_blk[:, None]
             logits = jnp.where(valid, logits, -jnp.inf)
             # The output does not depend on the running max: no gradient through it.
             m_new = jax.lax.stop_gradient(jnp.maximum(m, logits.max(-1)))

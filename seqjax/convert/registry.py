@@ -32,6 +32,7 @@ BUILTIN = (
     "seqjax.convert.archs.bart",
     "seqjax.convert.archs.distilbert",
     "seqjax.convert.archs.openai_gpt",
+    "seqjax.convert.archs.xlnet",
 )
 
 

@@ -44,8 +44,9 @@ from seqjax.data import packing, pipeline, registry, span_corruption
 
 OBJECTIVES = ("", "mlm", "span_corruption")
 OBJECTIVES += ("lm",)  # causal LM over the example texts of imdb_bytes/listops (packing.py)
+OBJECTIVES += ("plm",)  # XLNet's permutation LM over corpus windows (plm.py)
 # The task (seqjax.tasks) whose batches each objective makes.
-TASK_OF = {"mlm": "mlm", "span_corruption": "seq2seq", "lm": "lm"}
+TASK_OF = {"mlm": "mlm", "span_corruption": "seq2seq", "lm": "lm", "plm": "plm"}
 
 
 def _example_texts() -> tuple[str, ...]:  # 'lm' and 'mlm' read their example texts
@@ -180,7 +181,7 @@ def mlm_problems(cfg) -> list[tuple[str, object, str]]:
     objective = cfg.get("objective") or ""
     if objective not in OBJECTIVES:
         problems.append(("objective", objective, "'' (the data set's own task), 'mlm', "
-                         "'span_corruption' or 'lm'"))  # fmt: skip
+                         "'span_corruption', 'lm' or 'plm'"))  # fmt: skip
     if objective == "lm" and cfg.get("name") not in _example_texts():
         problems.append(("objective", objective, "'' for this data set (an LM corpus is the "
                          "LM task already); 'lm' reads the example texts of "
@@ -207,6 +208,10 @@ def mlm_problems(cfg) -> list[tuple[str, object, str]]:
         problems.append(("lm_batching", "stream", f"'random' with objective={objective!r}"))
     if objective == "span_corruption":
         problems += span_corruption.problems(cfg)
+    if objective == "plm":
+        from seqjax.data import plm
+
+        problems += plm.problems(cfg)
     return problems
 
 

@@ -40,6 +40,7 @@ BUILTIN = (
     "seqjax.data.pathfinder_data",
     "seqjax.data.retrieval",
     "seqjax.data.seq2seq",
+    "seqjax.data.plm",
 )
 
 

@@ -127,7 +127,7 @@ def train_flops_per_step(
         return 6.0 * num_params * seq_len * batch_size  # every parameter in a matmul
     d = model_cfg.d_model
     width = model_cfg.num_heads * model_cfg.dim_head
-    lookup = model_cfg.max_len * d if model_cfg.positional == "learned" else 0
+    lookup = model_cfg.max_len * d if getattr(model_cfg, "positional", "") == "learned" else 0
     if not tied_output:
         lookup += model_cfg.vocab_size * d
     L, T, M = model_cfg.num_layers, seq_len, int(mem_len)

@@ -121,6 +121,7 @@ _FAMILIES: dict[str, Family] = {}
 # The families that ship with seqjax, imported on first use (each module registers itself;
 # a new family adds its module here, or is ``--import``ed by the job config).
 BUILTIN = ("seqjax.models.families", "seqjax.models.rnn_families", "seqjax.models.albert")
+BUILTIN += ("seqjax.models.xlnet_family",)
 
 
 def _load_builtin() -> None:

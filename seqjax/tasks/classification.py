@@ -116,7 +116,7 @@ class Classification(base.Task):
         from seqjax.tasks import packing_checks
 
         packing_checks.model_problems(config, bad)
-        if config.data.get("packing") and config.model.pooling == "cls":
+        if config.data.get("packing") and config.model.get("pooling") == "cls":
             need = packing_checks.alignment(config)
             if need > 1:
                 bad("model.pooling", "cls", f"'mean' with data.packing=True and model.attention="

@@ -21,6 +21,7 @@ BUILTIN = ("seqjax.tasks.lm", "seqjax.tasks.classification", "seqjax.tasks.seq2s
 BUILTIN += ("seqjax.tasks.mlm",)
 BUILTIN += ("seqjax.tasks.image_generation",)
 BUILTIN += ("seqjax.tasks.pair_classification",)
+BUILTIN += ("seqjax.tasks.plm",)
 
 
 def _load_builtin() -> None:

@@ -1,0 +1,88 @@
+"""Permutation language modelling (``DataInfo.task`` 'plm'): XLNet pre-training (Yang et al.
+2019, eq. 5 with partial prediction, §2.3): maximise ``sum_k log p(x_{z_k} | x_{z_<k})`` over
+the last tokens of a sampled factorization order ``z``, computed in one pass by the query
+stream of two-stream attention.
+
+Chosen with ``config.data.objective='plm'`` over a corpus (``seqjax.data.plm``). Batches:
+``inputs`` int32 ``[B, T]`` (the original tokens), ``perm_mask`` bool ``[B, T, T]`` (True =
+may not attend), ``target_mapping`` float32 ``[B, P, T]``, ``targets`` int32 ``[B, P]``,
+``weights`` float32 ``[B, P]``. The model (family ``xlnet``, ``seqjax.models.xlnet``) returns
+the query stream's logits ``[B, P, V]``; the loss is their weighted cross-entropy.
+Evaluation: loss, accuracy and perplexity ``exp(loss)`` of the predicted tokens.
+
+Legend: B batch, T window length, P predicted positions, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+
+from seqjax.tasks import base, registry
+
+
+class PermutationLanguageModel(base.Task):
+    name = "plm"
+    causal = False
+    objective = "plm"
+    family = "xlnet"
+    batch_fields = {
+        "inputs": ("int32", 2),
+        "perm_mask": ("bool", 3),
+        "target_mapping": ("float32", 3),
+        "targets": ("int32", 2),
+        "weights": ("float32", 2),
+    }
+
+    def input_length(self, config) -> int:
+        from seqjax.data import plm
+
+        return plm.length(config.data)
+
+    def describe_data(self, config, info) -> str:
+        from seqjax.data import plm
+
+        d, o = config.data, plm.options(config.data)
+        return (f"{d.name}, permutation LM on rows of {plm.length(d)} tokens ({o['num_predict']} "
+                f"predicted, reuse_len {o['reuse_len']}), batch {d.batch_size}; splits "
+                f"(tokens): {base.split_sizes(info)}")  # fmt: skip
+
+    def needs(self, config, info):
+        from seqjax.models.registry import Needs
+
+        return Needs(self.name, causal=False)
+
+    def apply(self, model, params, batch, *, rng, train: bool, memory=None):
+        """The query stream's logits ``[B, P, V]`` (padding keys hidden by the model's
+        ``pad_id``)."""
+        del memory
+        rngs = {"dropout": rng} if train else {}
+        out = model.apply(
+            {"params": params}, batch["inputs"], perm_mask_BTT=batch["perm_mask"],
+            target_mapping_BPT=batch["target_mapping"], rngs=rngs, deterministic=not train,
+        )  # fmt: skip
+        return out, None
+
+    def eval_summary(self, sums, config) -> dict:
+        out = super().eval_summary(sums, config)
+        out["perplexity"] = math.exp(min(out["loss"], 700.0))
+        return out
+
+    def flops_per_step(self, run) -> float:
+        """About ``6 N (T + P)`` per row (Kaplan et al. 2020's ``6 N`` per token, the content
+        stream's T positions and the query stream's P; attention scores left out)."""
+        import jax
+        import numpy as np
+
+        n = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(run.abstract["params"]))
+        from seqjax.data import plm
+
+        d = run.config.data
+        return 6.0 * n * int(d.batch_size) * (plm.length(d) + plm.options(d)["num_predict"])
+
+    def tokens_per_step(self, config) -> int:
+        from seqjax.data import plm
+
+        return int(config.data.batch_size) * plm.options(config.data)["num_predict"]
+
+
+TASK = registry.register(PermutationLanguageModel())
