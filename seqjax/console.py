@@ -229,7 +229,9 @@ def run_header(config, run, workdir, *, start_step: int, num_params: int, argv=N
     config_file = config_arg(argv) or "(in-process config)"
     overrides = _overrides(argv)
     m, t = config.model, config.train
-    if "attention" not in m:  # a family without attention layers (seqjax.models.registry)
+    cfg = getattr(run.model, "cfg", None)
+    mechanisms = hasattr(cfg, "attention") or hasattr(cfg, "encoder_attention")
+    if "attention" not in m or not mechanisms:  # another family (seqjax.models.registry)
         return _family_header(config, run, workdir, start_step, num_params, config_file, overrides)
     options = from_config.attention_options(config)
     resolved = auto_resolver(config, run)
