@@ -172,6 +172,10 @@ def find(name) -> Mechanism | None:
     return _REGISTRY.get(name) if isinstance(name, str) else None
 
 
+# Keywords seqjax's own layers pass through a mechanism's ``**kwargs`` (not user options).
+INTERNAL_OPTIONS = ("score_mod",)
+
+
 def get(name: str) -> Callable[..., Any]:
     """The attention function registered under ``name``; a keyword it does not take (a
     misspelled option) raises ``check_options``' ``ValueError`` listing the valid ones."""
@@ -180,7 +184,8 @@ def get(name: str) -> Callable[..., Any]:
 
     @functools.wraps(mech.fn)
     def checked(*args, **kwargs):
-        check_options(name, {k: v for k, v in kwargs.items() if k not in own})
+        extra = {k: v for k, v in kwargs.items() if k not in own and k not in INTERNAL_OPTIONS}
+        check_options(name, extra)
         return mech.fn(*args, **kwargs)
 
     return checked

@@ -27,12 +27,13 @@ token table).
 
 from __future__ import annotations
 
+from seqjax.attention import registry as attention_registry
 from seqjax.convert import encoders, registry
 from seqjax.convert import mapping as m
 from seqjax.models.transformer import TransformerConfig
 
 GLOBAL, LOCAL = "global", "local"
-DENSE_NAMES = ("dense", "causal")
+GLOBAL_MECHANISM = "dense"  # a "global" layer (or the always-causal dense mechanism)
 
 
 def local_attention(window_size: int) -> tuple[str, tuple]:
@@ -95,7 +96,7 @@ def layer_types(cfg: TransformerConfig) -> tuple[list[str], int]:
     for i in range(cfg.num_layers):
         name, options = cfg.layer_attention(i)
         opts = dict(options)
-        if name in DENSE_NAMES:
+        if name == GLOBAL_MECHANISM or attention_registry.capable(name, "always_causal"):
             types.append(GLOBAL)
             continue
         if name == "flex" and opts.get("pattern") == "sliding_window":
