@@ -57,6 +57,9 @@ PLOTS = [
         "char_rnn_vs_transformer/results/char_rnn_vs_transformer_cpu",
         "file",
     ),
+    ("albert_vs_bert/run.py", "albert_vs_bert/results", "file"),
+    ("xlnet/plot.py", "xlnet/bench", "file"),
+    ("icl_study/run.py", "icl_study/results/results", "file"),
 ]
 
 

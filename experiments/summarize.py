@@ -99,6 +99,8 @@ def _git_date_commit(path: Path) -> tuple[str, str]:
 def _machine(payload: dict, path: Path) -> tuple[str, str, str]:
     """(machine, date, commit) from ``environment`` (seqjax.bench) or an older layout (then
     date and commit are those of the last git commit of the file)."""
+    if not isinstance(payload, dict):  # a bare list of rows (no environment block)
+        payload = {}
     env = payload.get("environment") or payload.get("machine") or payload.get("meta") or {}
     if not isinstance(env, dict):
         env = {}

@@ -39,11 +39,13 @@ def load_model(model: str, *, max_length: int = 0, step: int | None = None):
     from seqjax.train import setup
 
     run, state, _ = setup.restore_latest(model, step=step)
-    if run.info.task != "lm" or run.recurrence is not None:
+    causal_lm = run.task.causal and run.task.generates  # asked of the task, not its name
+    if not causal_lm or run.recurrence is not None:
         raise inputs.InputError(
             f"--model={model} trained a {run.info.task} model"
             + (" with a recurrent memory" if run.recurrence is not None else "")
-            + "; in-context evaluation needs a causal LM workdir (task 'lm') or hf:<folder>"
+            + "; in-context evaluation needs a causal LM workdir (a causal task that "
+            "generates) or hf:<folder>"
         )
     info = run.info
     prefix = info.bos_id if info.bos_id is not None else info.eos_id

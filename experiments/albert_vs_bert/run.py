@@ -8,7 +8,7 @@ ALBERT with W = 32 and no sharing (``num_hidden_groups = 4``).
 
 Data: this Python's standard library .py files as bytes (+4; ids 0-3 special), windows of
 64 bytes, BERT's masking (15 %, 80/10/10); 300 AdamW steps, batch 16; the MLM loss of 8
-held-out batches. Writes ``results.json`` and ``loss.png`` beside this file.
+held-out batches. Writes ``results.json`` and ``results.png`` beside this file.
 """
 
 from __future__ import annotations
@@ -111,17 +111,8 @@ def run(name, model, ids, held_out):
     )
 
 
-def main():
-    ids = corpus()
-    split = int(0.95 * len(ids))
-    held_rng = np.random.default_rng(123)
-    held_out = [batch(ids[split:], held_rng) for _ in range(8)]
-    results = [run(n, m, ids[:split], held_out) for n, m in models().items()]
-    (HERE / "results.json").write_text(json.dumps(results, indent=1))
-    for r in results:
-        print(f"{r['name']:28s} params {r['params']:>9,d}  step {r['step_ms']:6.1f} ms  "
-              f"XLA temp {r['temp_bytes'] / 2**20:6.2f} MiB  held-out MLM loss "
-              f"{r['held_out_mlm_loss']:.3f}")  # fmt: skip
+def plot(results, path) -> None:
+    """The masked-LM training curves of ``results`` (``results.json``) into ``path``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -136,7 +127,21 @@ def main():
     ax.set_ylabel("masked-LM loss (train, 10-step mean)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(HERE / "loss.png", dpi=120)
+    fig.savefig(path, dpi=120)
+
+
+def main():
+    ids = corpus()
+    split = int(0.95 * len(ids))
+    held_rng = np.random.default_rng(123)
+    held_out = [batch(ids[split:], held_rng) for _ in range(8)]
+    results = [run(n, m, ids[:split], held_out) for n, m in models().items()]
+    (HERE / "results.json").write_text(json.dumps(results, indent=1))
+    for r in results:
+        print(f"{r['name']:28s} params {r['params']:>9,d}  step {r['step_ms']:6.1f} ms  "
+              f"XLA temp {r['temp_bytes'] / 2**20:6.2f} MiB  held-out MLM loss "
+              f"{r['held_out_mlm_loss']:.3f}")  # fmt: skip
+    plot(results, HERE / "results.png")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,11 @@ HERE = pathlib.Path(__file__).parent
 
 
 def main():
-    data = json.loads((HERE / "bench.json").read_text())
+    plot(json.loads((HERE / "bench.json").read_text()), HERE / "bench.png")
+
+
+def plot(data: dict, path) -> None:
+    """Peak memory and step time against T of ``data`` (``bench.json``) into ``path``."""
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
     for impl in ("reference", "blockwise"):
         rows = [r for r in data["rows"] if r["implementation"] == impl]
@@ -31,7 +35,7 @@ def main():
     fig.suptitle("XLNet two-stream step, 1 layer d=128 H=4, P=T/6: materialized vs blockwise",
                  fontsize=9)  # fmt: skip
     fig.tight_layout()
-    fig.savefig(HERE / "bench.png", dpi=120)
+    fig.savefig(path, dpi=120)
 
 
 if __name__ == "__main__":

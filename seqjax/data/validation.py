@@ -34,7 +34,7 @@ def _vocab_problems(cfg, ds, bad) -> None:
         bad("vocab", "words", f"a vocab other than 'words' for {ds.name!r}: word vocabularies "
             f"need a text corpus ({corpora})")  # fmt: skip
     elif vocab not in ds.vocabs:
-        valid = " or ".join(repr(v) for v in ds.vocabs)
+        valid = " or ".join("'hf:<folder>'" if v == hf_vocab.KIND else repr(v) for v in ds.vocabs)
         bad(
             "vocab",
             vocab,

@@ -205,7 +205,7 @@ def test_bytes_default_unchanged(fake):
 
 @pytest.mark.parametrize(
     ("name", "vocab", "valid"),
-    [("imdb_bytes", "chars", "'bytes' or 'sentencepiece' for imdb_bytes"),
+    [("imdb_bytes", "chars", "'bytes' or 'sentencepiece' or 'hf:<folder>' for imdb_bytes"),
      ("listops", "sentencepiece", "'bytes' for listops")],
 )  # fmt: skip
 def test_bad_vocab_is_one_sentence(fake, name, vocab, valid):
