@@ -231,7 +231,7 @@ def run_header(config, run, workdir, *, start_step: int, num_params: int, argv=N
     m, t = config.model, config.train
     cfg = getattr(run.model, "cfg", None)
     mechanisms = hasattr(cfg, "attention") or hasattr(cfg, "encoder_attention")
-    if "attention" not in m or not mechanisms:  # another family (seqjax.models.registry)
+    if "attention" not in m or (cfg is not None and not mechanisms):  # another family
         return _family_header(config, run, workdir, start_step, num_params, config_file, overrides)
     options = from_config.attention_options(config)
     resolved = auto_resolver(config, run)

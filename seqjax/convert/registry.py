@@ -43,9 +43,11 @@ def token_ids(cfg) -> tuple:
     return (jnp.ones((1, 4), jnp.int32),)
 
 
-def learned_length(cfg) -> int:
+def learned_length(cfg) -> int | None:
     """The longest input a learned position table takes: its rows after
     ``position_offset`` (an imported RoBERTa: 130 rows, offset 2 -> 128)."""
+    if getattr(cfg, "max_len", None) is None:  # no learned table (relative positions)
+        return None
     return int(cfg.max_len) - int(getattr(cfg, "position_offset", 0))
 
 
