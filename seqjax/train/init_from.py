@@ -39,7 +39,7 @@ import orbax.checkpoint as ocp
 from flax import traverse_util
 from jax.sharding import NamedSharding, PartitionSpec
 
-from seqjax.train import checkpoint, config_validation, paths
+from seqjax.train import checkpoint, config_validation, hf_start, paths
 
 PREFIX = "encoder"
 EMBEDDING = ("encoder", "embed", "embedding")
@@ -170,6 +170,14 @@ def plan(saved: dict, abstract_params: dict, value) -> dict:
                    "use the pre-training run's config.model.attention and sizes")  # fmt: skip
     new = [p for p in sorted(target) if p not in load]
     return {"load": load, "new": new, "unused": unused}
+
+
+def start(run, value, workdir=None) -> dict:
+    """The initial state of a run with ``config.init_from=value``: a Hugging Face folder's
+    parameters (``hf:<folder>``, ``seqjax.train.hf_start``) or a seqjax run's encoder."""
+    if hf_start.is_hf(value):
+        return hf_start.params(run, value, workdir)
+    return apply(run, value, workdir)
 
 
 def apply(run, value, workdir=None) -> dict:

@@ -33,7 +33,7 @@ from jax.experimental import multihost_utils
 from seqjax import console
 from seqjax import data as data_lib
 from seqjax.models import flops
-from seqjax.train import checkpoint, extensions, hf_start, paths, setup, sharding
+from seqjax.train import checkpoint, extensions, paths, setup, sharding
 from seqjax.train import evaluator as evaluator_lib
 from seqjax.train import metrics as metrics_lib
 from seqjax.train import step as step_lib
@@ -147,12 +147,10 @@ def _restore_or_init(run, ckpt, train_iter, workdir):
     """The newest complete checkpoint (skipping damaged ones), else a new state."""
     latest, state, data_state = ckpt.restore_newest(run.abstract)
     if latest is None:
-        if hf_start.is_hf(run.config.get("init_from")):  # a Hugging Face checkpoint
-            return hf_start.params(run, run.config.init_from, workdir), None
-        if run.config.get("init_from"):  # pre-train -> fine-tune: graft a checkpoint's encoder
+        if run.config.get("init_from"):  # a seqjax run's encoder or a Hugging Face folder
             from seqjax.train import init_from
 
-            return init_from.apply(run, run.config.init_from, workdir), None
+            return init_from.start(run, run.config.init_from, workdir), None
         logging.info("starting from scratch in %s", workdir)
         return run.init(), None
     train_iter.set_state(_data_state_for_this_process(data_state))
