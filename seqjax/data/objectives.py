@@ -45,8 +45,9 @@ from seqjax.data import packing, pipeline, registry, span_corruption
 OBJECTIVES = ("", "mlm", "span_corruption")
 OBJECTIVES += ("lm",)  # causal LM over the example texts of imdb_bytes/listops (packing.py)
 OBJECTIVES += ("plm",)  # XLNet's permutation LM over corpus windows (plm.py)
+OBJECTIVES += ("bilm",)  # ELMo's forward and backward LMs (bilm.py)
 # The task (seqjax.tasks) whose batches each objective makes.
-TASK_OF = {"mlm": "mlm", "span_corruption": "seq2seq", "lm": "lm", "plm": "plm"}
+TASK_OF = {"mlm": "mlm", "span_corruption": "seq2seq", "lm": "lm", "plm": "plm", "bilm": "bilm"}
 
 
 def _example_texts() -> tuple[str, ...]:  # 'lm' and 'mlm' read their example texts
@@ -181,11 +182,14 @@ def mlm_problems(cfg) -> list[tuple[str, object, str]]:
     objective = cfg.get("objective") or ""
     if objective not in OBJECTIVES:
         problems.append(("objective", objective, "'' (the data set's own task), 'mlm', "
-                         "'span_corruption', 'lm' or 'plm'"))  # fmt: skip
+                         "'span_corruption', 'lm', 'plm' or 'bilm'"))  # fmt: skip
     if objective == "lm" and cfg.get("name") not in _example_texts():
         problems.append(("objective", objective, "'' for this data set (an LM corpus is the "
                          "LM task already); 'lm' reads the example texts of "
                          f"{' or '.join(_example_texts())}, one document per example"))  # fmt: skip
+    if objective == "bilm" and cfg.get("name") not in _corpora() + _example_texts():
+        problems.append(("objective", objective, "'' for this data set; 'bilm' reads a corpus "
+                         f"or example texts ({', '.join(_corpora() + _example_texts())})"))  # fmt: skip
     if objective == "mlm":
         p = cfg.get("mlm_probability")
         if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0 < p < 1:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numbers
 
-from seqjax.data import hf_vocab, objectives, packing, registry, subword
+from seqjax.data import hf_vocab, objectives, packing, registry, subword, token_chars
 
 
 def _is_int(x) -> bool:
@@ -90,8 +90,10 @@ def config_problems(cfg) -> list[tuple[str, object, str]]:
         bad("seed", cfg.get("seed"), "an integer 0 <= seed < 2**32")
     # Packing is judged against a valid objective only (an unknown one has its own line).
     known = (cfg.get("objective") or "") in objectives.OBJECTIVES
-    for field, value, valid in objectives.mlm_problems(cfg) + (
-        packing.problems(cfg) if known else []
+    for field, value, valid in (
+        objectives.mlm_problems(cfg)
+        + token_chars.problems(cfg)
+        + (packing.problems(cfg) if known else [])
     ):
         bad(field, value, valid)
     return problems

@@ -158,7 +158,7 @@ def plan(saved: dict, abstract_params: dict, value) -> dict:
             name = "/".join(path)
             raise _bad(value, f"has parameter {name} of shape {have}, but this model's is "
                        f"{want}; use the pre-training run's config.model sizes")  # fmt: skip
-    if not load or EMBEDDING not in saved:
+    if not load or (EMBEDDING in target and EMBEDDING not in saved):  # (ELMo: char CNN)
         raise _bad(value, "is a run of another architecture: it has no encoder/embed/embedding "
                    f"(its {len(saved)} parameters include "
                    f"{'/'.join(next(iter(sorted(saved)), ('none',)))}); init_from takes a "
