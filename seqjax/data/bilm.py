@@ -37,8 +37,10 @@ def make_bilm(cfg, split, process_index, process_count, train, base_make, base_i
                        process_count=process_count, train=train)  # fmt: skip
     spec = {**it.spec, "objective": "bilm"}
     it.close()
-    return pipeline.DataIterator(_LastTargetOff(it.maker), it.num_steps, spec,
-                                 num_workers=int(cfg.num_workers), prefetch=int(cfg.prefetch))  # fmt: skip
+    return pipeline.DataIterator(
+        _LastTargetOff(it.maker), it.num_steps, spec, num_workers=int(cfg.num_workers),
+        prefetch=int(cfg.prefetch),
+    )  # fmt: skip
 
 
 class _LastTargetOff:

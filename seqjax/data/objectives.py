@@ -187,9 +187,10 @@ def mlm_problems(cfg) -> list[tuple[str, object, str]]:
         problems.append(("objective", objective, "'' for this data set (an LM corpus is the "
                          "LM task already); 'lm' reads the example texts of "
                          f"{' or '.join(_example_texts())}, one document per example"))  # fmt: skip
-    if objective == "bilm" and cfg.get("name") not in _corpora() + _example_texts():
+    texts = _corpora() + _example_texts()
+    if objective == "bilm" and cfg.get("name") not in texts:
         problems.append(("objective", objective, "'' for this data set; 'bilm' reads a corpus "
-                         f"or example texts ({', '.join(_corpora() + _example_texts())})"))  # fmt: skip
+                         f"or example texts ({', '.join(texts)})"))  # fmt: skip
     if objective == "mlm":
         p = cfg.get("mlm_probability")
         if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0 < p < 1:

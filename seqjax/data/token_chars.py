@@ -125,8 +125,10 @@ def wrap(iterator, cfg, info) -> object:
     maker = WithTokenChars(iterator.maker, table(info, length))
     spec = {**iterator.spec, FIELD: length}
     iterator.close()
-    return pipeline.DataIterator(maker, iterator.num_steps, spec,
-                                 num_workers=int(cfg.num_workers), prefetch=int(cfg.prefetch))  # fmt: skip
+    return pipeline.DataIterator(
+        maker, iterator.num_steps, spec, num_workers=int(cfg.num_workers),
+        prefetch=int(cfg.prefetch),
+    )  # fmt: skip
 
 
 def problems(cfg) -> list[tuple[str, object, str]]:

@@ -20,8 +20,8 @@ from seqjax import data as data_lib
 from seqjax.data import pipeline
 from seqjax.models import feature_transfer, memory
 from seqjax.models import registry as model_registry
-from seqjax.tasks import model_build
 from seqjax.models.transformer import TransformerConfig
+from seqjax.tasks import model_build
 from seqjax.train import (
     checkpoint,
     config_validation,
