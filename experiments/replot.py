@@ -60,6 +60,7 @@ PLOTS = [
     ("albert_vs_bert/run.py", "albert_vs_bert/results", "file"),
     ("xlnet/plot.py", "xlnet/bench", "file"),
     ("icl_study/run.py", "icl_study/results/results", "file"),
+    ("iyyer_imdb/summarize.py", "iyyer_imdb/results/iyyer_imdb_cpu", "file"),
 ]
 
 
