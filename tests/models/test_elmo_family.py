@@ -149,3 +149,20 @@ def test_frozen_bilm_unchanged_by_a_transfer_step():
         assert all(jax.tree.leaves(same["encoder"])) != moves
         for name in ("mix", "hidden", "head"):  # the task's weights learn either way
             assert not all(jax.tree.leaves(same[name]))
+
+
+def test_the_family_asks_the_data_for_characters():
+    from seqjax.configs import common
+    from tests.conftest import REPO
+
+    config = common.load_file(REPO / "configs" / "elmo.py", name="cfg_elmo").get_config("")
+    config.data.token_chars = 0
+    tasks.model_build.fill_data_needs(config)
+    assert config.data.token_chars == registry.get("elmo").token_chars == 50
+    baselines = common.load_file(REPO / "configs" / "text_baselines.py", name="cfg_tb")
+    config = baselines.get_config("")
+    tasks.model_build.fill_data_needs(config)
+    assert config.data.token_chars == 0  # a family that reads no characters gets none
+    config.data.token_chars = 8
+    with pytest.raises(ValueError, match="does not read the characters"):
+        tasks.model_build.fill_data_needs(config)
