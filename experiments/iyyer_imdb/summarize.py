@@ -17,9 +17,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 MODELS = ("nbow", "dan", "cnn", "lstm", "transformer", "elmo")
-LABELS = {"nbow": "NBOW (averaged embeddings, softmax)", "dan": "DAN (word dropout 0.3)",
-          "cnn": "Kim's CNN (3/4/5)", "lstm": "BiLSTM (max pool)",
-          "transformer": "Transformer (2 layers)", "elmo": "ELMo features (frozen biLM)"}  # fmt: skip
+LABELS = {
+    "nbow": "NBOW (averaged embeddings, softmax)",
+    "dan": "DAN (word dropout 0.3)",
+    "cnn": "Kim's CNN (3/4/5)",
+    "lstm": "BiLSTM (max pool)",
+    "transformer": "Transformer (2 layers)",
+    "elmo": "ELMo features (frozen biLM)",
+}
 PAPER = {"nbow": 89.0, "dan": 89.4}  # Iyyer et al. 2015, Table 1, IMDB accuracy (%)
 STEM = "iyyer_imdb_cpu"
 
