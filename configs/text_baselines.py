@@ -70,10 +70,12 @@ def get_config(arg: str | None = None):
             "rnn", cell="lstm", num_layers=1, hidden_dim=128, bidirectional=True, pooling="max"
         )
     if variant == "transformer":  # the attention row of the same table (same data)
-        c.model = registry.model_block(
-            "transformer", num_layers=2, num_heads=4, d_model=64, d_ff=256, max_len=d.max_len,
-            pooling="mean", dropout_rate=0.1,
-        )  # fmt: skip
+        c.model = defaults.base(d).model  # the transformer family's job block
+        m = c.model
+        m.num_layers, m.num_heads, m.d_model, m.d_ff = 2, 4, 64, 256
+        m.max_len = d.max_len
+        m.pooling = "mean"
+        m.dropout_rate = 0.1
     if variant == "smoke":
         d.vocab_size = 1000
         d.max_len = 64
