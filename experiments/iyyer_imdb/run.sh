@@ -34,6 +34,7 @@ ELMO="--config.model.hidden_dim=128 --config.model.proj_dim=64 --config.data.tok
   --config.model.filters=((1,32),(2,32),(3,64),(4,64))"
 run elmo_bilm --config configs/elmo.py $DATA $ELMO --config.train.num_steps=300 \
   --config.train.checkpoint_every=300 --config.train.test_max_batches=5
-run elmo --config configs/elmo.py:classify $DATA $ELMO --config.train.num_steps=200 \
-  --config.init_from="$OUT/elmo_bilm" --config.optimizer.learning_rate=3e-3
+run elmo --config configs/elmo.py:classify $DATA $ELMO --config.train.num_steps=800 \
+  --config.init_from="$OUT/elmo_bilm" --config.optimizer.learning_rate=1e-3
 $PY "$HERE/summarize.py" "$OUT" "$HERE"
+PYTHONPATH=. $PY "$HERE/probe.py" "$OUT/elmo" "$HERE"  # diagnostic: a linear probe of the frozen features

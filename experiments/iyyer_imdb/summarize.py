@@ -70,7 +70,7 @@ def plot(payload: dict, path) -> None:
     ax_acc.set_xticks(range(len(names)), names, rotation=20)
     ax_acc.set_ylim(50, 95)
     ax_acc.set_ylabel("test accuracy % (±2 s.e.)")
-    ax_acc.legend(loc="lower right")
+    ax_acc.legend(loc="upper right")
     fig.suptitle(f"IMDB, first {payload['max_len']} pieces per review, "
                  f"{payload['test_count']:,} test reviews")  # fmt: skip
     fig.tight_layout()
