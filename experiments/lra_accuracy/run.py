@@ -213,6 +213,8 @@ def _finish(c, mechanism: str, scale: str, tfds_dir: str | None, own_options: bo
     d, m, t = c.data, c.model, c.train
     t.eval_every = 0  # the final test evaluation only
     t.final_eval = True
+    if scale != "smoke":  # the cpu rows load a task's smoke variant: test on the whole split
+        t.test_max_batches = 0
     t.checkpoint_every = 0
     t.async_checkpointing = False
     c.mesh.data = 1

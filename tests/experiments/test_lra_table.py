@@ -98,3 +98,12 @@ def test_standin_length_baseline(tmp_path):
     # equal lengths for true pairs: the length rule is far above chance but not perfect
     assert 60 < row["test_accuracy"] <= 100 and row["test_examples"] > 40
     assert (tmp_path / "standin_baseline.md").exists()
+
+
+@pytest.mark.parametrize("task", ["listops", "text", "retrieval", "image", "pathfinder"])
+def test_cpu_rows_test_the_whole_split(task):
+    """A cpu row loads its task's smoke variant, whose test evaluation is a two-batch slice:
+    the row must evaluate the whole test split (``train.test_max_batches = 0``)."""
+    run = load_script("lra_accuracy/run.py")
+    assert int(run.job_config(task, "bigbird", "cpu", None).train.test_max_batches) == 0
+    assert int(run.job_config(task, "bigbird", "smoke", None).train.test_max_batches) > 0
