@@ -73,7 +73,9 @@ def test_retrieval_standin_smoke(tmp_path, shared_data):
     (row,) = payload["rows"]
     assert row["task"] == "retrieval" and "not AAN" in row["data"] and row["steps"] == 10
     n = row["test_examples"]
-    assert n > 1000  # the stand-in's whole test split
+    smoke = run.job_config("retrieval", "dense", "smoke", None)
+    # the smoke's test slice (``train.test_max_batches`` batches), not the whole split
+    assert n == int(smoke.train.test_max_batches) * int(smoke.data.batch_size)
     correct = row["test_accuracy"] / 100 * n
     assert correct == pytest.approx(round(correct), abs=1e-3)
     assert row["test_se"] == pytest.approx(
