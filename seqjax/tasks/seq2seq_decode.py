@@ -83,7 +83,8 @@ def make_translate_fn(
                 return logits_NV, {"buf_NT": buf_NT, "i": i + 1}
 
         seqs_BKT, scores_BK = decoding.beam_search(
-            step_fn, cache, batch_size=b, beam_size=k, max_len=t, eos_id=eos_id, alpha=alpha
+            step_fn, cache, batch_size=b, beam_size=k, max_len=t, eos_id=eos_id, alpha=alpha,
+            start_id=int(getattr(model_cfg, "decoder_start_id", 0)),
         )
         return seqs_BKT[:, 0], scores_BK[:, 0]
 
