@@ -9,10 +9,11 @@ S = `config.data.max_source_len` and T = `max_target_len`:
 
 Ids: 0 pad, 1 unk, 2 BOS, 3 EOS (`subword.py`); with `config.data.vocab='hf:<folder>'` (a
 warm start's tokenizer, `hf_vocab.py`) the tokenizer's own pad and EOS ids (T5: 0 and 1),
-the texts encoded without its special tokens and its EOS appended, as `T5Tokenizer` does. Lengths (the choice of Flax's WMT example):
-training drops pairs whose source or target (+ EOS) exceed S or T (the count is logged);
-evaluation keeps every pair, cutting a long one to its first S-1 (T-1) ids + EOS, so losses cover
-the whole split, and BLEU is computed against the untruncated `references(cfg, split)`.
+the texts encoded without its special tokens and its EOS appended, as `T5Tokenizer` does.
+Lengths (the choice of Flax's WMT example): training drops pairs whose source or target
+(+ EOS) exceed S or T (the count is logged); evaluation keeps every pair, cutting a long one
+to its first S-1 (T-1) ids + EOS, so losses cover the whole split, and BLEU is computed
+against the untruncated `references(cfg, split)`.
 
 Row order is the grain layout of `pipeline.py`: training reads example `perm_e[g mod N]` of the
 kept examples for global row g (epoch `e = g // N`, seeded permutation per epoch); evaluation

@@ -4,8 +4,9 @@ noise spans (15% of the tokens, mean length 3) are replaced by sentinel ids past
 vocabulary in the source, and spelt out after their sentinels in the target (seq2seq batches
 of ``max_source_len`` / ``max_target_len``). With a warm start's tokenizer
 (``config.data.vocab='hf:<folder>'``) the sentinels are its own ``<extra_id_0>``,
-``<extra_id_1>``, ... (T5's: the top ids, downwards), and its pad and EOS ids are used. Every span is a counter-based hash of
-``(data.seed, global row)``, so resumed runs continue exactly.
+``<extra_id_1>``, ... (T5's: the top ids, downwards), and its pad and EOS ids are used.
+Every span is a counter-based hash of ``(data.seed, global row)``, so resumed runs continue
+exactly.
 
 Legend: T window length (raw tokens), S max_source_len, K sentinels.
 """
@@ -148,7 +149,7 @@ def problems(cfg) -> list[tuple[str, object, str]]:
                          f"needs a text corpus ({', '.join(corpora)})"))  # fmt: skip
     if cfg.get("vocab") != "sentencepiece" and not hf_vocab.is_hf(cfg.get("vocab")):
         problems.append(("vocab", cfg.get("vocab"), "'sentencepiece' or 'hf:<folder>' with "
-                         "objective='span_corruption' (pad, EOS ids and sentinels; T5)"))  # fmt: skip
+                         "objective='span_corruption' (pad, EOS, sentinels; T5)"))  # fmt: skip
     S, T = cfg.get("max_source_len"), cfg.get("max_target_len")
     if isinstance(S, int) and S >= 8 and isinstance(T, int):
         need = corrupted_lengths(raw_length(S))[1]
