@@ -183,3 +183,26 @@ def test_t5_workdir_through_the_command_lines(tmp_path):
                              env=env, cwd=tmp_path, timeout=600)  # fmt: skip
         assert out.returncode == 0, (cmd, out.stderr[-3000:])
     assert (tmp_path / "out" / "tokenizer.json").is_file()
+
+
+def test_hf_vocab_batch_encoding_and_special_ids(tmp_path):
+    """``HFVocab.encode_many`` (the tokenizer's batch encoding) equals encoding one text at a
+    time; the seq2seq ids and the sentinels are the tokenizer's; a tokenizer without
+    sentinels is one sentence for span corruption."""
+    import ml_collections
+
+    from seqjax.data import hf_vocab, seq2seq, sources, span_corruption
+
+    folder = _folder(tmp_path, hf.t5(decoder_start_token_id=0))
+    v = hf_vocab.HFVocab(folder)
+    texts = ["the file was not found", "", "a new window\n", "unknown words here"] * 3
+    for special in (True, False):
+        assert v.encode_many(texts, special=special) == [
+            v.tokenizer.encode(t, special) for t in texts
+        ]
+    assert v.encode_many(["the file"]) == [[*v.encode_many(["the file"], special=False)[0], 1]]
+    assert seq2seq.special_ids(v) == (0, None, 1) and v.sentinel_ids(2) == [hf.V - 1, hf.V - 2]
+    assert v.sentinel_ids(SENTINELS + 1) is None
+    cfg = ml_collections.ConfigDict({"vocab": f"hf:{folder}", "max_source_len": 512})
+    with pytest.raises(sources.DataError, match=r"needs the sentinel tokens <extra_id_0> \.\."):
+        span_corruption.hf_specials(cfg, span_corruption.num_sentinels(512))
