@@ -69,7 +69,7 @@ def _main(tmp_path, folder, *flags):
            f"--workdir={tmp_path / 'work'}", "--config.data.batch_size=8",
            "--config.train.num_steps=1", "--config.optimizer.warmup_steps=1",
            "--config.train.eval_every=0", "--config.train.checkpoint_every=0",
-           "--config.train.sample_length=0", "--config.train.test_max_batches=1",
+           "--config.train.sample_length=0", "--config.train.final_eval=False",
            "--config.train.log_every=1", "--config.model.dropout_rate=0",
            "--config.model.attention_dropout_rate=0", "--config.train.label_smoothing=0",
            "--config.eval.decode_metrics=False", f"--config.init_from=hf:{folder}",
