@@ -141,8 +141,8 @@ def test_t5_folder_fine_tunes_on_translation_from_the_command_line(tmp_path):
     x = torch.from_numpy(np.asarray(batch["inputs"], np.int64))
     y = torch.from_numpy(dec_in.astype(np.int64))
     with torch.no_grad():
-        logits = back.eval()(input_ids=x, attention_mask=(x != 0).long(), decoder_input_ids=y)
-    hf.assert_close(ours_BTV, logits.numpy())
+        out = back.eval()(input_ids=x, attention_mask=(x != 0).long(), decoder_input_ids=y)
+    hf.assert_close(ours_BTV, out.logits.numpy())
     tokens_BT, _ = run.task.translate_fn(run, beam_size=1, alpha=0.0)(
         state["params"], batch["inputs"]
     )
