@@ -179,10 +179,11 @@ class Classification(_Maker):
     the rest of the last batch with zero weight.
     """
 
-    def __init__(self, source, size: int, max_len: int, offset: int, seed, *args):
+    def __init__(self, source, size: int, max_len: int, offset: int, seed, *args, pad_id=0):
         super().__init__(*args)
         self.source, self.size, self.max_len = source, size, max_len
         self.offset, self.seed = offset, seed  # seed None: evaluation order
+        self.pad_id = int(pad_id)  # a warm start's tokenizer's (RoBERTa: 1), else 0
         self._perm: dict[int, np.ndarray] = {}
 
     def _permutation(self, epoch: int) -> np.ndarray:
@@ -201,13 +202,13 @@ class Classification(_Maker):
             live = np.ones(len(g), bool)
             index = np.array([self._permutation(e)[i] for e, i in zip(*np.divmod(g, self.size))])
         examples = self.source().__getitems__([int(i) for i in index])
-        inputs = np.zeros((len(g), self.max_len), np.int32)
+        inputs = np.full((len(g), self.max_len), self.pad_id, np.int32)
         for r, ex in enumerate(examples):
             t = np.asarray(ex["tokens"][: self.max_len], dtype=np.int32)
             inputs[r, : len(t)] = t + self.offset  # IMDB: byte + 1, 0 = padding (LRA)
         labels = np.array([int(ex["label"]) for ex in examples], np.int32)
         return {
-            "inputs": inputs * live[:, None],
+            "inputs": np.where(live[:, None], inputs, self.pad_id).astype(np.int32),
             "targets": labels * live,
             "weights": live.astype(np.float32),
         }

@@ -102,6 +102,8 @@ ENCODER_DECODER = registry.register(
         config_class=EncoderDecoderConfig,
         build_config=from_config.encoder_decoder_from_needs,
         modules={"seq2seq": _encoder_decoder},
+        from_data=("vocab_size", "pad_id"),
         hf_architectures=("T5ForConditionalGeneration", "BartForConditionalGeneration"),
+        block_of=from_config.encoder_decoder_block,
     )
 )

@@ -23,6 +23,7 @@ import math
 import re
 
 import jax
+import jax.numpy as jnp
 
 from seqjax.tasks import base, losses, registry
 
@@ -123,8 +124,8 @@ class Seq2Seq(base.Task):
         del memory
         rngs = {"dropout": rng} if train else {}
         logits_BTV = model.apply(
-            {"params": params}, batch["inputs"], shift_right(batch["targets"]), rngs=rngs,
-            deterministic=not train,
+            {"params": params}, batch["inputs"], shift_right(batch["targets"], start_id(model)),
+            rngs=rngs, deterministic=not train,
         )  # fmt: skip
         return logits_BTV, None
 
@@ -227,6 +228,12 @@ class Seq2Seq(base.Task):
         return f"{prompt}\n=> {text}"
 
 
+def start_id(model) -> int:
+    """The decoder's first input: the model config's ``decoder_start_id`` (a checkpoint's
+    ``decoder_start_token_id``), else seqjax's 0 (the pad id)."""
+    return int(getattr(getattr(model, "cfg", None), "decoder_start_id", 0))
+
+
 class _ShapeInfo:
     """The ``DataInfo`` fields ``model_config`` reads, before the data are prepared."""
 
@@ -256,7 +263,9 @@ class PackedSeq2Seq(Seq2Seq):
         del memory
         rngs = {"dropout": rng} if train else {}
         seg_BT = batch["target_segment_ids"]
-        decoder_inputs_BT = shift_right(batch["targets"]) * (shift_right(seg_BT) == seg_BT)
+        start = start_id(model)  # at every example's start
+        decoder_inputs_BT = jnp.where(shift_right(seg_BT) == seg_BT,
+                                      shift_right(batch["targets"], start), start)  # fmt: skip
         packed = {k: batch[k] for k in ("segment_ids", "positions", "target_segment_ids",
                                         "target_positions")}  # fmt: skip
         logits_BTV = model.apply(

@@ -58,6 +58,7 @@ def make_translate_fn(
     # A model whose decoder state is its cache (an RNN) says so (``always_cached``).
     own = getattr(model, "always_cached", False)
     cached = (own or uses_cache(model_cfg)) and not force_recompute
+    start_id = int(getattr(model_cfg, "decoder_start_id", 0))  # a checkpoint's, else pad 0
 
     def translate(params, source_BS):
         b, s = source_BS.shape
@@ -83,8 +84,9 @@ def make_translate_fn(
                 return logits_NV, {"buf_NT": buf_NT, "i": i + 1}
 
         seqs_BKT, scores_BK = decoding.beam_search(
-            step_fn, cache, batch_size=b, beam_size=k, max_len=t, eos_id=eos_id, alpha=alpha
-        )
+            step_fn, cache, batch_size=b, beam_size=k, max_len=t, eos_id=eos_id, alpha=alpha,
+            start_id=start_id,
+        )  # fmt: skip
         return seqs_BKT[:, 0], scores_BK[:, 0]
 
     return jax.jit(translate)
