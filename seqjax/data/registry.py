@@ -42,6 +42,7 @@ BUILTIN = (
     "seqjax.data.seq2seq",
     "seqjax.data.plm",
 )
+BUILTIN += ("seqjax.data.distill_data",)
 
 
 @dataclasses.dataclass(frozen=True)

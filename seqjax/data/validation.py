@@ -89,7 +89,8 @@ def config_problems(cfg) -> list[tuple[str, object, str]]:
     if not _is_int(cfg.get("seed")) or not 0 <= cfg.seed < 2**32:
         bad("seed", cfg.get("seed"), "an integer 0 <= seed < 2**32")
     # Packing is judged against a valid objective only (an unknown one has its own line).
-    known = (cfg.get("objective") or "") in objectives.OBJECTIVES
+    objective = cfg.get("objective") or ""
+    known = objective in objectives.OBJECTIVES or registry.objective(objective) is not None
     for field, value, valid in objectives.mlm_problems(cfg) + (
         packing.problems(cfg) if known else []
     ):

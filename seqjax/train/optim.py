@@ -58,6 +58,7 @@ import math
 import jax
 import jax.numpy as jnp
 import optax
+from flax.core import meta
 
 from seqjax.train import defaults
 
@@ -236,7 +237,8 @@ def freeze_labels(prefixes):
     prefixes = tuple(str(p) for p in prefixes)
 
     def labels(params):
-        leaves = jax.tree_util.tree_flatten_with_path(params)[0]
+        # A logically boxed parameter is one label (optax then masks the whole box).
+        leaves = jax.tree_util.tree_flatten_with_path(params, is_leaf=_is_box)[0]
         texts = [_path_text(path) for path, _ in leaves]
         for prefix in prefixes:
             if not any(_under(t, prefix) for t in texts):
@@ -250,9 +252,14 @@ def freeze_labels(prefixes):
                 "frozen" if any(_under(_path_text(path), p) for p in prefixes) else "train"
             ),
             params,
+            is_leaf=_is_box,
         )
 
     return labels
+
+
+def _is_box(x) -> bool:
+    return isinstance(x, meta.AxisMetadata)
 
 
 def make_optimizer(opt, num_steps: int):
