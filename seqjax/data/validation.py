@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numbers
 
-from seqjax.data import hf_vocab, objectives, packing, registry, subword
+from seqjax.data import finetune_data, hf_vocab, objectives, packing, registry, subword
 
 
 def _is_int(x) -> bool:
@@ -91,8 +91,10 @@ def config_problems(cfg) -> list[tuple[str, object, str]]:
     # Packing is judged against a valid objective only (an unknown one has its own line).
     objective = cfg.get("objective") or ""
     known = objective in objectives.OBJECTIVES or registry.objective(objective) is not None
-    for field, value, valid in objectives.mlm_problems(cfg) + (
-        packing.problems(cfg) if known else []
+    for field, value, valid in (
+        objectives.mlm_problems(cfg)
+        + finetune_data.problems(cfg)
+        + (packing.problems(cfg) if known else [])
     ):
         bad(field, value, valid)
     return problems

@@ -23,6 +23,7 @@ BUILTIN += ("seqjax.tasks.image_generation",)
 BUILTIN += ("seqjax.tasks.pair_classification",)
 BUILTIN += ("seqjax.tasks.plm",)
 BUILTIN += ("seqjax.tasks.distill",)
+BUILTIN += ("seqjax.tasks.token_tasks",)
 
 
 def _load_builtin() -> None:
