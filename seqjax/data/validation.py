@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numbers
 
-from seqjax.data import finetune_data, hf_vocab, objectives, packing, registry, subword
+from seqjax.data import finetune_data, gpt1_data, hf_vocab, objectives, packing, registry, subword
 
 
 def _is_int(x) -> bool:
@@ -94,6 +94,7 @@ def config_problems(cfg) -> list[tuple[str, object, str]]:
     for field, value, valid in (
         objectives.mlm_problems(cfg)
         + finetune_data.problems(cfg)
+        + gpt1_data.problems(cfg)
         + (packing.problems(cfg) if known else [])
     ):
         bad(field, value, valid)

@@ -24,6 +24,7 @@ BUILTIN += ("seqjax.tasks.pair_classification",)
 BUILTIN += ("seqjax.tasks.plm",)
 BUILTIN += ("seqjax.tasks.distill",)
 BUILTIN += ("seqjax.tasks.token_tasks",)
+BUILTIN += ("seqjax.tasks.gpt1_finetune",)
 
 
 def _load_builtin() -> None:
