@@ -11,10 +11,11 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+import pytest
 
 from seqjax import tasks
 from seqjax.models import TransformerConfig
-from seqjax.models.distill_pair import DistillPair, MaskedLM, student_config
+from seqjax.models.distill_pair import MaskedLM, student_config
 from seqjax.tasks import distill, distillation
 from seqjax.train import defaults, optim, sharding
 from seqjax.train import step as step_lib
@@ -51,8 +52,9 @@ def _params(model, seed):
     return nn.unbox(init(jax.random.PRNGKey(seed)))
 
 
-def test_student_starts_from_the_teachers_alternate_layers():
-    p = _params(DistillPair(_cfg()), 0)
+def _assert_student_is_alternate_teacher_layers(p):
+    """The student starts from the teacher (Sanh et al. 2019 §3): blocks 0, 2 -> 0, 1, the
+    segment row folded into the positions, the same masked-LM head."""
     t, s = p["teacher"]["encoder"], p["student"]["encoder"]
     for j, i in enumerate((0, 2)):
         same = jax.tree.map(np.array_equal, s[f"block_{j}"], t[f"block_{i}"])
@@ -72,6 +74,7 @@ def test_step_loss_is_distillation_loss_and_teacher_is_unchanged(temperature=2.0
               "learning_rate": 0.05})  # fmt: skip
     tx, schedule = optim.make_optimizer(o, 10)
     params = _params(model, 1)
+    _assert_student_is_alternate_teacher_layers(params)
     state = {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32),
              "rng": jax.random.PRNGKey(2)}  # fmt: skip
     mesh = sharding.make_mesh({"data": 1, "fsdp": 1, "tensor": 1})
@@ -115,3 +118,55 @@ def test_bad_distill_fields_and_unfrozen_teacher_are_reported():
     tasks.get("distill").validate(config, lambda f, v, valid: found.setdefault(f, valid))
     assert set(found) >= {"distill.temperature", "distill.student_layers", "optimizer.freeze"}
     assert "'teacher'" in found["optimizer.freeze"]
+
+
+def _run_of(cfg, mesh):
+    """The pieces of a built run that ``init_from.start`` reads."""
+    import types
+
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    task = _task()
+    model = task.make_model(cfg)
+    params = _params(model, 3)
+    replicated = NamedSharding(mesh, PartitionSpec())
+    abstract = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated), params
+    )
+    return types.SimpleNamespace(task=task, model=model, abstract={"params": abstract},
+                                 init=lambda: {"params": params}, mesh=mesh,
+                                 config=ml_collections.ConfigDict({}))  # fmt: skip
+
+
+@pytest.mark.slow  # about 10 s of CPU: torch, a 4-layer BERT, two loads
+def test_init_from_loads_the_whole_teacher_then_copies_the_student(tmp_path):
+    """``init_from=hf:<folder>`` (a ``BertForMaskedLM``) and a seqjax checkpoint of the same
+    weights both fill ``teacher/`` whole (masked-LM head too); the student is then taken from
+    the loaded teacher; the teacher's logits equal Hugging Face's."""
+    import orbax.checkpoint as ocp
+    from flax import traverse_util
+
+    from seqjax import convert
+    from seqjax.train import hf_start, init_from
+    from tests.convert import _hf_models as hf
+
+    theirs = hf._seeded(lambda: hf.transformers.BertForMaskedLM(hf.transformers.BertConfig(
+        vocab_size=hf.V, hidden_size=hf.E, num_hidden_layers=4, num_attention_heads=hf.HEADS,
+        intermediate_size=hf.FF, max_position_embeddings=hf.POSITIONS)))  # fmt: skip
+    folder = hf.save(theirs, tmp_path / "hf")
+    _, cfg = hf_start.imported_config("hf:" + folder)
+    mesh = sharding.make_mesh({"data": 1, "fsdp": 1, "tensor": 1})
+    loaded = convert.load(folder).params
+    state_dir = tmp_path / "run" / "checkpoints" / "1" / "state"
+    ocp.PyTreeCheckpointer().save(state_dir, {"params": loaded})
+    for value in ("hf:" + folder, str(state_dir.parent)):
+        run = _run_of(cfg, mesh)
+        params = init_from.start(run, value)["params"]
+        got = traverse_util.flatten_dict(params["teacher"])
+        for path, x in traverse_util.flatten_dict(loaded).items():
+            np.testing.assert_array_equal(got[path], x, err_msg=f"{value}: {path}")
+        s, t = params["student"]["encoder"], params["teacher"]["encoder"]
+        assert all(jax.tree.leaves(jax.tree.map(np.array_equal, s["block_1"], t["block_2"])))
+    ids = hf.ids((2, T))
+    ours, _ = jax.jit(MaskedLM(cfg).apply)({"params": params["teacher"]}, jnp.asarray(ids))
+    hf.assert_close(ours, hf.logits(theirs, ids))

@@ -37,7 +37,11 @@ def test_transforms_lay_out_start_delim_extract():
     assert last2.tolist() == [5, 6]
 
 
-@pytest.mark.parametrize("pairs", [False, True], ids=["classification", "entailment"])
+@pytest.mark.parametrize(
+    "pairs",
+    [pytest.param(False, marks=pytest.mark.slow), True],  # the transforms test covers both
+    ids=["classification", "entailment"],
+)
 def test_task_loss_equals_hf_classifier_plus_half_lm_loss(pairs, tmp_path):
     cfg_hf = hf.transformers.OpenAIGPTConfig(
         vocab_size=hf.V, n_embd=hf.E, n_layer=2, n_head=hf.HEADS, n_positions=hf.POSITIONS,
