@@ -22,7 +22,9 @@ tasks on real text, ``seqjax.data.finetune_data``):
   ids (``model.towers=1``; ``seqjax.tasks.pair_classification``); loss as
   ``BertForSequenceClassification`` with ``token_type_ids``.
 
-``smoke``: 2 layers, width 32, 150 steps, under two minutes on a CPU. Start from a masked-LM
+``smoke``: 2 layers, width 64, 300 steps, under two minutes on a CPU (measured once on
+a loaded 2-core machine, 15-20 s of CPU each: ``qa`` reaches 7 % exact match from 0 %, test
+loss 3.0 from ln 71 = 4.26; ``tagging`` about 0.6 tag accuracy after 150 steps at width 32). Start from a masked-LM
 run of the same model and bytes with ``--config.init_from=<workdir>`` (its encoder is loaded,
 ``seqjax.train.init_from``); a frozen encoder (feature-based transfer) is
 ``--config.optimizer.freeze="('encoder',)"``. Other fields: ``seqjax/train/defaults.py``.
@@ -63,7 +65,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     m = c.model
     m.max_len = n
-    m.num_layers, m.num_heads, m.d_model, m.d_ff = (2, 2, 32, 64) if smoke else (4, 4, 256, 1024)
+    m.num_layers, m.num_heads, m.d_model, m.d_ff = (2, 4, 64, 128) if smoke else (4, 4, 256, 1024)
     m.positional = "learned"
     m.dropout_rate = m.attention_dropout_rate = 0.0 if smoke else 0.1
     if kind != "tagging":
@@ -73,14 +75,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         m.pooling = "cls"
 
     o = c.optimizer
-    o.learning_rate = 1e-3 if smoke else 3e-4
+    o.learning_rate = 2e-3 if smoke else 3e-4
     o.warmup_steps = 10 if smoke else 500
 
     t = c.train
-    t.num_steps = 150 if smoke else 10_000
-    t.eval_every = 75 if smoke else 1000
+    t.num_steps = 300 if smoke else 10_000
+    t.eval_every = 100 if smoke else 1000
     t.eval_max_batches = 8 if smoke else 50
-    t.checkpoint_every = 150 if smoke else 1000
+    t.checkpoint_every = 300 if smoke else 1000
     t.test_max_batches = 8 if smoke else 0
     t.sample_length = 0  # an encoder: no text sample
     return c
