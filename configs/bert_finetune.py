@@ -26,9 +26,9 @@ tasks on real text, ``seqjax.data.finetune_data``):
 (a 2-core machine loaded by other jobs; 13-20 s of CPU, 25-60 s of wall time): ``qa`` test
 exact match 7 % (loss 3.0 from ln 71 = 4.26 at the start), ``tagging`` test tag accuracy 63 %,
 ``cross`` at chance (54 %: the smoke shows the path, not a translation detector).
-Start from a masked-LM run of the same model and bytes with ``--config.init_from=<workdir>`` (its encoder is loaded,
-``seqjax.train.init_from``); a frozen encoder (feature-based transfer) is
-``--config.optimizer.freeze="('encoder',)"``. Other fields: ``seqjax/train/defaults.py``.
+Start from a masked-LM run of the same model and bytes with ``--config.init_from=<workdir>``
+(its encoder is loaded, ``seqjax.train.init_from``); a frozen encoder (feature-based
+transfer) is ``--config.optimizer.freeze="('encoder',)"``. Other fields: ``seqjax/train/defaults.py``.
 """
 
 import ml_collections
