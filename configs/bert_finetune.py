@@ -28,7 +28,8 @@ exact match 7 % (loss 3.0 from ln 71 = 4.26 at the start), ``tagging`` test tag 
 ``cross`` at chance (54 %: the smoke shows the path, not a translation detector).
 Start from a masked-LM run of the same model and bytes with ``--config.init_from=<workdir>``
 (its encoder is loaded, ``seqjax.train.init_from``); a frozen encoder (feature-based
-transfer) is ``--config.optimizer.freeze="('encoder',)"``. Other fields: ``seqjax/train/defaults.py``.
+transfer) is ``--config.optimizer.freeze="('encoder',)"``.
+Other fields: ``seqjax/train/defaults.py``.
 """
 
 import ml_collections
