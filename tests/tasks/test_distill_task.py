@@ -170,3 +170,26 @@ def test_init_from_loads_the_whole_teacher_then_copies_the_student(tmp_path):
     ids = hf.ids((2, T))
     ours, _ = jax.jit(MaskedLM(cfg).apply)({"params": params["teacher"]}, jnp.asarray(ids))
     hf.assert_close(ours, hf.logits(theirs, ids))
+
+
+@pytest.mark.slow  # a subprocess run: about a minute
+def test_distil_a_hugging_face_teacher_from_the_command_line(tmp_path):
+    """``configs/distilbert.py`` with ``init_from=hf:<BertForMaskedLM folder>``: the data use
+    the tokenizer's own [MASK] (no row appended), so the teacher's table loads as it is and
+    one step runs."""
+    import json
+
+    from tests.convert import _hf_models as hf
+    from tests.convert.test_hf_start import _first_batch, _folder, _main
+
+    bert = hf._seeded(lambda: hf.transformers.BertForMaskedLM(hf.transformers.BertConfig(
+        vocab_size=hf.V, hidden_size=hf.E, num_hidden_layers=4, num_attention_heads=hf.HEADS,
+        intermediate_size=hf.FF, max_position_embeddings=hf.POSITIONS)))  # fmt: skip
+    folder = _folder(tmp_path, bert)
+    out = _main(tmp_path, f"--config.init_from=hf:{folder}", config="configs/distilbert.py:smoke")
+    assert out.returncode == 0, out.stderr[-3000:]
+    record = json.loads((tmp_path / "work" / "init_from.json").read_text())
+    assert record["new"] == [] and any(p.startswith("mlm_head/") for p in record["loaded"])
+    batch = _first_batch(tmp_path / "work")
+    mask_id = json.loads((folder / "tokenizer.json").read_text())["model"]["vocab"]["[MASK]"]
+    assert (batch["inputs"] == mask_id).any() and batch["inputs"].max() < hf.V
