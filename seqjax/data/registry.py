@@ -42,6 +42,7 @@ BUILTIN = (
     "seqjax.data.seq2seq",
     "seqjax.data.plm",
 )
+BUILTIN += ("seqjax.data.distill_data", "seqjax.data.finetune_data", "seqjax.data.gpt1_data")
 
 
 @dataclasses.dataclass(frozen=True)
