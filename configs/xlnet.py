@@ -17,9 +17,12 @@ fixed orders of the validation windows. Training runs without memory across batc
 Variants (``:arg``, comma-separated flags): none (4 layers x 128, 2,000 steps), ``smoke``
 (2 layers x 64, 60 steps: about a minute on 2 cores); ``imdb``: pre-train on the IMDB
 reviews' bytes instead (``imdb_bytes``, 256 bytes per review, right-padded; targets among a
-review's real bytes); ``finetune``: the IMDB sentiment classifier of the same network
-(``XLNetClassifier``: the last real byte's summary, §3.3), started from ``config.init_from``
-(an ``imdb`` pre-training workdir; ``seqjax.train.init_from``) or from scratch::
+review's real bytes); ``subword``: the reviews as the SentencePiece BPE pieces of
+``configs/mlm.py:subword`` (8000 pieces; the same ``data`` options give the same model file,
+so the XLNet and BERT studies read the same ids; n counts pieces); ``finetune``: the IMDB
+sentiment classifier of the same network (``XLNetClassifier``: the last real token's
+summary, §3.3), started from ``config.init_from`` (an ``imdb`` pre-training workdir;
+``seqjax.train.init_from``) or from scratch::
 
     python -m seqjax.main --config configs/xlnet.py:imdb,smoke --workdir /tmp/xlnet_imdb
     python -m seqjax.main --config configs/xlnet.py:finetune,smoke --workdir /tmp/xlnet_ft \
@@ -35,12 +38,13 @@ from seqjax.configs import common
 from seqjax.models import registry
 from seqjax.train import defaults
 
-FLAGS = ("smoke", "imdb", "finetune")
+FLAGS = ("smoke", "imdb", "finetune", "subword")
+SUBWORD_VOCAB_SIZE = 8000  # ``subword``: as configs/mlm.py (4 special + 256 bytes + merges)
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     a = common.parse_args(arg, "configs/xlnet.py", flags=FLAGS)
-    smoke, imdb = a["smoke"], a["imdb"] or a["finetune"]
+    smoke, imdb = a["smoke"], a["imdb"] or a["finetune"] or a["subword"]
     d = data.default_config()
     if imdb:
         n = 256 if smoke else 512  # bytes per review
@@ -48,6 +52,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         d.max_len = n
         if d.manual_dir is None:  # the offline copy beside the repository
             d.manual_dir = "../shared/data/imdb"
+        if a["subword"]:  # SentencePiece BPE over the train reviews, n pieces per review
+            d.vocab, d.spm_model_type = "sentencepiece", "bpe"
+            d.vocab_size = SUBWORD_VOCAB_SIZE
     else:
         n = 64  # window length T
         d.name = "text_file"  # tiny shakespeare (1.1M characters), split 90/5/5
