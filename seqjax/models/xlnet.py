@@ -296,8 +296,9 @@ class XLNet(nn.Module):
 
 class XLNetClassifier(nn.Module):
     """Sequence classifier (``XLNetForSequenceClassification``, Yang et al. 2019 §3.3): the
-    content stream's last real token (XLNet's ``summary_type="last"``; right-padded rows use
-    their last non-padding position) -> ``tanh(W_s x)`` -> dropout -> ``[B, num_labels]``."""
+    content stream's last real token (XLNet's ``summary_type="last"``; padded rows use their
+    last non-padding position: the last one when left-padded, as XLNet's tokenizer pads)
+    -> ``tanh(W_s x)`` -> dropout -> ``[B, num_labels]``."""
 
     cfg: XLNetConfig
 
@@ -311,8 +312,8 @@ class XLNetClassifier(nn.Module):
         )
         t = tokens_BT.shape[1]
         last_B = jnp.full(tokens_BT.shape[:1], t - 1)
-        if mask_BT is not None:
-            last_B = jnp.maximum(jnp.sum(mask_BT.astype(jnp.int32), axis=1) - 1, 0)
+        if mask_BT is not None:  # the last real position (right or left padding)
+            last_B = t - 1 - jnp.argmax(mask_BT[:, ::-1].astype(jnp.int32), axis=1)
         x_BE = jnp.take_along_axis(out_BTE, last_B[:, None, None], axis=1)[:, 0]
         init = nn.initializers.normal(0.02)
         x_BE = activation(cfg.summary_activation)(

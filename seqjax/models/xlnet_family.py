@@ -64,6 +64,6 @@ XLNET = registry.register(
         validate=validate,
         from_data=("vocab_size", "num_labels", "pad_id"),
         common_checks=False,
-        hf_architectures=("XLNetLMHeadModel", "XLNetModel"),
+        hf_architectures=("XLNetLMHeadModel", "XLNetModel", "XLNetForSequenceClassification"),
     )
 )
