@@ -96,5 +96,5 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     t.eval_max_batches = 5 if smoke else 50
     t.checkpoint_every = t.num_steps if smoke else 500
     t.test_max_batches = 32 if smoke and imdb else 0  # smoke: 256 of the 25,000 test reviews
-    t.sample_length = 0  # no sampling (a two-stream model has no cached decoding here)
+    t.sample_length = 0  # no end-of-run sample (python -m seqjax.sample generates: xlnet_generate)
     return c

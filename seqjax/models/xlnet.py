@@ -48,7 +48,9 @@ class XLNetConfig:
     """XLNet hyper-parameters (the fields of ``transformers.XLNetConfig`` seqjax uses).
 
     ``implementation`` selects the relative attention engine ("reference", "blockwise",
-    "auto"); ``num_labels > 0`` adds the classifier head (last token's summary)."""
+    "auto"); ``num_labels > 0`` adds the classifier head (last token's summary);
+    ``generate_order`` how sampling orders the prefix (``seqjax.models.xlnet_generate``:
+    "prefix" as ``transformers`` generates, or "causal")."""
 
     vocab_size: int = 32000
     d_model: int = 1024
@@ -65,6 +67,7 @@ class XLNetConfig:
     num_labels: int = 0
     summary_activation: str = "tanh"
     pad_id: int | None = None
+    generate_order: str = "prefix"
 
     @property
     def dim_head(self) -> int:
@@ -85,6 +88,11 @@ class XLNetConfig:
             raise ValueError(
                 f"XLNetConfig.implementation={self.implementation!r} is not one of "
                 f"{relative.IMPLEMENTATIONS}"
+            )
+        if self.generate_order not in ("prefix", "causal"):
+            raise ValueError(
+                f"XLNetConfig.generate_order={self.generate_order!r} is not one of "
+                "('prefix', 'causal')"
             )
         for name in ("mem_len", "reuse_len", "num_labels"):
             if getattr(self, name) < 0:

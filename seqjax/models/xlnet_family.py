@@ -48,6 +48,8 @@ def validate(config, bad) -> None:
         bad("model.ff_activation", m.get("ff_activation"), f"one of {ACTIVATIONS}")
     if m.get("implementation") not in ("reference", "blockwise", "auto"):
         bad("model.implementation", m.get("implementation"), "'reference', 'blockwise' or 'auto'")
+    if m.get("generate_order", "prefix") not in ("prefix", "causal"):
+        bad("model.generate_order", m.get("generate_order"), "'prefix' or 'causal'")
     rate = m.get("dropout_rate")
     if not isinstance(rate, (int, float)) or not 0 <= rate < 1:
         bad("model.dropout_rate", rate, "a number in [0, 1)")

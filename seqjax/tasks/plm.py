@@ -9,6 +9,8 @@ may not attend), ``target_mapping`` float32 ``[B, P, T]``, ``targets`` int32 ``[
 ``weights`` float32 ``[B, P]``. The model (family ``xlnet``, ``seqjax.models.xlnet``) returns
 the query stream's logits ``[B, P, V]``; the loss is their weighted cross-entropy.
 Evaluation: loss, accuracy and perplexity ``exp(loss)`` of the predicted tokens.
+Generation (``python -m seqjax.sample``): XLNet as a left-to-right LM, each new token last in
+the order (``seqjax.models.xlnet_generate``; ``config.model.generate_order``).
 
 Legend: B batch, T window length, P predicted positions, V vocabulary.
 """
@@ -25,6 +27,7 @@ class PermutationLanguageModel(base.Task):
     causal = False
     objective = "plm"
     family = "xlnet"
+    generates = True
     batch_fields = {
         "inputs": ("int32", 2),
         "perm_mask": ("bool", 3),
@@ -78,6 +81,25 @@ class PermutationLanguageModel(base.Task):
 
         d = run.config.data
         return 6.0 * n * int(d.batch_size) * (plm.length(d) + plm.options(d)["num_predict"])
+
+    def check_sample_inputs(self, run, prompt: str, length: int) -> None:
+        from seqjax.tasks import inputs
+
+        if not run.info.encode(prompt or "\n").size:
+            raise inputs.InputError(f"prompt {prompt!r} encodes to no token")
+
+    def sample(
+        self, run, params, prompt: str, length: int, *, temperature=1.0, top_k=0, top_p=1.0,
+        seed=0,
+    ) -> str:  # fmt: skip
+        from seqjax.models import xlnet_generate
+
+        ids = run.info.encode(prompt or "\n")
+        out = xlnet_generate.generate(
+            run.model, params, ids, length, order=run.model.cfg.generate_order,
+            temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+        )  # fmt: skip
+        return run.info.decode(out)
 
     def tokens_per_step(self, config) -> int:
         from seqjax.data import plm

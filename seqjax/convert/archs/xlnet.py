@@ -167,7 +167,13 @@ XLNET = registry.register(
         make_model=make_model,
         prefix_anchor="word_embedding.weight",
         optional=("lm_loss_bias",),
-        export_ignores=("implementation", "num_labels", "summary_activation", "pad_id"),
+        export_ignores=(
+            "implementation",
+            "num_labels",
+            "summary_activation",
+            "pad_id",
+            "generate_order",
+        ),
         family="xlnet",
     )
 )
@@ -183,7 +189,7 @@ XLNET_CLASSIFIER = registry.register(
         rules=classifier_rules,
         make_model=make_classifier,
         prefix_anchor="word_embedding.weight",
-        export_ignores=("implementation", "summary_activation", "pad_id"),
+        export_ignores=("implementation", "summary_activation", "pad_id", "generate_order"),
         family="xlnet",
     )
 )
