@@ -12,7 +12,13 @@ of §2.3) in spans of up to 5 characters are predicted by the query stream, whic
 stream reads the original characters (nothing is replaced by a mask token). The loss is the
 cross-entropy of the predicted characters; evaluation reports it (and its perplexity) on
 fixed orders of the validation windows. Training runs without memory across batches
-(``model.mem_len = 0``; the model's memory equals ``transformers``' in the tests).
+(``model.mem_len = 0``; the model's memory equals ``transformers``' in the tests), unless
+``memory``: ``model.kind = "xlnet"`` (``seqjax.models.xlnet_memory``), every row continuing a
+contiguous stream of the corpus by ``plm_reuse_len`` characters per step
+(``data.lm_batching = "stream"``) and attending to the memory of the previous windows' first
+halves (``model.mem_len = 64``), as the reference trains::
+
+    python -m seqjax.main --config configs/xlnet.py:memory,smoke --workdir /tmp/xlnet_mem
 
 Variants (``:arg``, comma-separated flags): none (4 layers x 128, 2,000 steps), ``smoke``
 (2 layers x 64, 60 steps: about a minute on 2 cores); ``imdb``: pre-train on the IMDB
@@ -38,7 +44,7 @@ from seqjax.configs import common
 from seqjax.models import registry
 from seqjax.train import defaults
 
-FLAGS = ("smoke", "imdb", "finetune", "subword")
+FLAGS = ("smoke", "imdb", "finetune", "subword", "memory")
 SUBWORD_VOCAB_SIZE = 8000  # ``subword``: as configs/mlm.py (4 special + 256 bytes + merges)
 
 
@@ -82,6 +88,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         dropout_rate=0.0,
         implementation="auto",  # blockwise relative attention (reference with dropout)
     )
+    c.model.kind = "transformer"  # "xlnet": memory across batches (``memory`` flag)
+    if a["memory"]:  # §2.4: each row continues a stream by reuse_len; the memory its halves
+        if imdb:
+            raise ValueError("configs/xlnet.py: 'memory' reads a corpus; drop 'imdb'/'subword'")
+        c.model.kind, c.model.mem_len = "xlnet", n  # the reference: mem_len < seq_len
+        d.lm_batching = "stream"
 
     o = c.optimizer
     o.learning_rate = 1e-3

@@ -137,6 +137,9 @@ def make_plm(cfg, split, process_index, process_count, train, base_make, base_in
     """The corpus windows with XLNet's permutation inputs (``api.make`` with objective
     'plm')."""
     base_cfg = packing.base_data(cfg)
+    if cfg.get("lm_batching") == "stream":  # model.kind='xlnet': the memory's reuse_len halves
+        with base_cfg.unlocked():
+            base_cfg.stream_stride = options(cfg)["reuse_len"]
     base = packing.base_iterator(base_cfg, split, process_index, process_count, train, base_make)
     maker = base.maker
     n = len(maker.tokens()) if isinstance(maker, pipeline.LMEvalWindows) else 0

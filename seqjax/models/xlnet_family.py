@@ -34,6 +34,17 @@ def _classifier(cfg, *, task, decode=False):
     return XLNetClassifier(cfg)
 
 
+def _train_module(config, cfg, *, task):
+    """With ``model.kind = "xlnet"`` the model with memory across batches
+    (``seqjax.models.xlnet_memory``), else the task's module."""
+    from seqjax.models import memory
+
+    rec = memory.recurrence(config)
+    if rec is not None:
+        return rec.train_model(cfg, config)
+    return task.make_model(cfg)
+
+
 def validate(config, bad) -> None:
     """Field checks of ``config.model`` (one call of ``bad`` per wrong field)."""
     m = config.model
@@ -63,6 +74,7 @@ XLNET = registry.register(
         config_class=XLNetConfig,
         build_config=build_config,
         modules={"plm": _plm, "classification": _classifier},
+        train_module=_train_module,
         validate=validate,
         from_data=("vocab_size", "num_labels", "pad_id"),
         common_checks=False,

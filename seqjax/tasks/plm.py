@@ -56,14 +56,14 @@ class PermutationLanguageModel(base.Task):
 
     def apply(self, model, params, batch, *, rng, train: bool, memory=None):
         """The query stream's logits ``[B, P, V]`` (padding keys hidden by the model's
-        ``pad_id``)."""
-        del memory
+        ``pad_id``), and the new memory of a model with memory across batches."""
         rngs = {"dropout": rng} if train else {}
+        args = () if memory is None else (memory,)  # model.kind="xlnet": seqjax.models.xlnet_memory
         out = model.apply(
-            {"params": params}, batch["inputs"], perm_mask_BTT=batch["perm_mask"],
+            {"params": params}, batch["inputs"], *args, perm_mask_BTT=batch["perm_mask"],
             target_mapping_BPT=batch["target_mapping"], rngs=rngs, deterministic=not train,
         )  # fmt: skip
-        return out, None
+        return out if memory is not None else (out, None)
 
     def eval_summary(self, sums, config) -> dict:
         out = super().eval_summary(sums, config)
