@@ -18,7 +18,9 @@ first). In each half:
 
 Returned per example: the original tokens for the content stream (``input_k``: they are not
 overwritten by ``<mask>``), ``input_q`` (1.0 at targets: the query stream's positions),
-``perm_mask [T, T]``, ``target_mapping [P, T]`` (one-hot rows in position order, zero rows
+``perm_mask [T, T]`` (and the same as ranks: ``perm_mask[i, j] == q_rank[i] <= k_rank[j]``,
+the second half's ranks offset by T so that the first half never sees it),
+``target_mapping [P, T]`` (one-hot rows in position order, zero rows
 padding to ``num_predict``), ``target [P]`` and ``target_weight [P]``. Every random draw comes
 from the ``numpy.random.Generator`` passed in, in the reference's order.
 
@@ -134,6 +136,9 @@ def permutation_example(
         "input_q": target.astype(np.float32),
         "perm_mask": perm_mask,
         "rank": np.where(ordered, key_rank + half * t, -1),
+        # the same mask as ranks: perm_mask[i, j] == (q_rank[i] <= k_rank[j]) (offset t per half)
+        "q_rank": (query_rank + half * t).astype(np.int32),
+        "k_rank": (np.where(ordered, key_rank, -1) + half * t).astype(np.int32),
     }
     if num_predict is None:
         out["target"], out["target_weight"] = targets_T.copy(), target.astype(np.float32)

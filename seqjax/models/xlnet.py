@@ -136,12 +136,12 @@ class RelativeAttention(nn.Module):
         if types_BS is not None:
             seg = {"seg_embed": seg_embed, "r_s_bias": bias["r_s_bias"], "token_types": types_BS}
 
-        def attend(q_BTHD, mask_BTS):
+        def attend(q_BTHD, mask_kw):
             rng = self.make_rng("dropout") if att_rate > 0 else None
             return relative.relative_attention(
                 q_BTHD, k_BSHD, v_BSHD, r=r_RHD, r_w_bias=bias["r_w_bias"],
-                r_r_bias=bias["r_r_bias"], causal=False, attn_mask=mask_BTS,
-                dropout_rate=att_rate, dropout_rng=rng, implementation=cfg.implementation, **seg,
+                r_r_bias=bias["r_r_bias"], causal=False, dropout_rate=att_rate,
+                dropout_rng=rng, implementation=cfg.implementation, **mask_kw, **seg,
             )  # fmt: skip
 
         def post(x, vec_BTHD):
@@ -207,6 +207,21 @@ def attention_masks(b, t, m, perm_mask_BTT=None, mask_BT=None):
     return ~blocked | self_TS[None], ~blocked
 
 
+def rank_masks(b, m, perm_ranks, mask_BT=None):
+    """``(content, query)`` attention options from ``perm_ranks = (q_rank [B, T], k_rank
+    [B, T])`` (``seqjax.data.xlnet_perm``: query i may not see key j iff ``q_rank[i] <=
+    k_rank[j]``, the same mask as ``perm_mask``): memory keys get rank -1 (seen by all), the
+    content stream sees itself, padding (``mask_BT`` False) is a key mask."""
+    q_rank_BT, k_rank_BT = (jnp.asarray(x, jnp.int32) for x in perm_ranks)
+    k_rank_BS = jnp.concatenate([jnp.full((b, m), -1, jnp.int32), k_rank_BT], axis=1)
+    key_BS = None
+    if mask_BT is not None:
+        key_BS = jnp.concatenate([jnp.ones((b, m), bool), mask_BT.astype(bool)], axis=1)
+    return tuple(
+        {"rank_mask": (q_rank_BT, k_rank_BS, content), "mask": key_BS} for content in (True, False)
+    )
+
+
 def cache_memory(h_BTE, mem_BME, mem_len: int, reuse_len: int):
     """The reference's ``_cache_mem``: the first ``reuse_len`` positions of the layer input
     (all when 0) after the memory, the last ``mem_len`` kept (all when 0), no gradient."""
@@ -242,7 +257,7 @@ class XLNetEncoder(nn.Module):
 
     def __call__(
         self, tokens_BT, *, token_types_BT=None, perm_mask_BTT=None, target_mapping_BPT=None,
-        mask_BT=None, mems=None, deterministic=True,
+        mask_BT=None, mems=None, deterministic=True, perm_ranks=None,
     ):  # fmt: skip
         cfg = self.cfg
         b, t = tokens_BT.shape
@@ -252,6 +267,11 @@ class XLNetEncoder(nn.Module):
             mask_BT = tokens_BT != cfg.pad_id
         m = 0 if mems is None else mems[0].shape[1]
         masks = attention_masks(b, t, m, perm_mask_BTT, mask_BT)
+        masks = ({"attn_mask": masks[0]}, {"attn_mask": masks[1]})
+        if perm_ranks is not None:  # the permutation as ranks: no [T, S] mask (blockwise)
+            if perm_mask_BTT is not None:
+                raise ValueError("give perm_mask_BTT or perm_ranks, not both")
+            masks = rank_masks(b, m, perm_ranks, mask_BT)
         h = self.drop(self.embed(tokens_BT), deterministic=deterministic)
         g = None
         if target_mapping_BPT is not None:
@@ -282,7 +302,8 @@ class XLNet(nn.Module):
     or of the query stream ``[B, P, V]`` when ``target_mapping`` is given.
 
     Call arguments (all optional but ``tokens_BT``): ``token_types_BT`` (segments A/B),
-    ``perm_mask_BTT`` (True = may not attend), ``target_mapping_BPT`` (float one-hot rows),
+    ``perm_mask_BTT`` (True = may not attend) or ``perm_ranks`` (the same as two rank
+    vectors, ``rank_masks``), ``target_mapping_BPT`` (float one-hot rows),
     ``mask_BT`` (True = real token; default ``tokens != cfg.pad_id`` when set), ``mems``
     (``n_layers`` arrays ``[B, M, E]``), ``deterministic``, ``return_state`` (also return
     ``(new_mems, hiddens)``: ``hiddens`` the content stream entering each layer and leaving

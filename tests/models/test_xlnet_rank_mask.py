@@ -1,0 +1,72 @@
+"""The permutation as ranks (issue 45: a block mask computed per block, no ``[T, S]`` mask):
+the sampler's ranks give exactly its ``perm_mask``; the blockwise relative attention with
+``rank_mask`` (several blocks, memory) equals it with the dense ``attn_mask``; XLNet with
+``perm_ranks`` equals XLNet with ``perm_mask_BTT`` (both streams, both engines, memory)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from seqjax.attention import relative
+from seqjax.data import xlnet_perm
+from seqjax.models.xlnet import XLNet, XLNetConfig
+
+B, T, M, V, H, D = 2, 16, 3, 50, 2, 8
+
+
+def _examples(seed=0):
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(5, V, (B, T))
+    tokens[:, 5] = 3  # a functional token (keeps a rank, never a target)
+    return tokens, xlnet_perm.batch(tokens, rng, reuse_len=T // 2, perm_size=4, num_predict=5)
+
+
+def test_ranks_give_the_sampler_perm_mask():
+    for seed in range(5):
+        _, ex = _examples(seed)
+        from_ranks = ex["q_rank"][:, :, None] <= ex["k_rank"][:, None, :]
+        np.testing.assert_array_equal(from_ranks, ex["perm_mask"].astype(bool))
+
+
+@pytest.mark.parametrize("self_visible", [True, False])
+def test_blockwise_rank_mask_equals_the_dense_mask(self_visible):
+    _, ex = _examples(1)
+    ks = jax.random.split(jax.random.key(0), 5)
+    q = jax.random.normal(ks[0], (B, T, H, D))
+    k, v = (jax.random.normal(x, (B, M + T, H, D)) for x in ks[1:3])
+    r = jax.random.normal(ks[3], (M + 2 * T - 1, H, D))
+    u, w = jax.random.normal(ks[4], (2, H, D)) * 0.1
+    k_rank = jnp.concatenate([jnp.full((B, M), -1), jnp.asarray(ex["k_rank"])], axis=1)
+    dense = np.concatenate([np.ones((B, T, M), bool), ~ex["perm_mask"].astype(bool)], axis=2)
+    if self_visible:
+        dense |= np.eye(T, M + T, M, dtype=bool)[None]
+    kw = dict(r=r, r_w_bias=u, r_r_bias=w, causal=False, implementation="blockwise",
+              block_q=4, block_k=5)  # fmt: skip
+    want = relative.relative_attention(q, k, v, attn_mask=jnp.asarray(dense), **kw)
+    got = relative.relative_attention(
+        q, k, v, rank_mask=(jnp.asarray(ex["q_rank"]), k_rank, self_visible), **kw
+    )
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("implementation", ["reference", "blockwise"])
+def test_xlnet_with_ranks_equals_xlnet_with_perm_mask(implementation):
+    tokens, ex = _examples(2)
+    cfg = XLNetConfig(vocab_size=V, d_model=16, num_layers=2, num_heads=H, d_inner=24,
+                      dropout_rate=0.0, implementation=implementation)  # fmt: skip
+    model = XLNet(cfg)
+    tm = jnp.asarray(ex["target_mapping"])
+    params = model.init(jax.random.key(1), jnp.asarray(tokens), target_mapping_BPT=tm)["params"]
+    mems = tuple(jax.random.normal(jax.random.key(i), (B, M, 16)) for i in range(2))
+    common = dict(target_mapping_BPT=tm, mems=mems, return_state=True)
+    perm = jnp.asarray(ex["perm_mask"] > 0)
+    want, (_, hid_want) = model.apply({"params": params}, jnp.asarray(tokens), perm_mask_BTT=perm,
+                                      **common)  # fmt: skip
+    ranks = (jnp.asarray(ex["q_rank"]), jnp.asarray(ex["k_rank"]))
+    got, (_, hid_got) = model.apply({"params": params}, jnp.asarray(tokens), perm_ranks=ranks,
+                                    **common)  # fmt: skip
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(hid_got[-1]), np.asarray(hid_want[-1]), atol=1e-5)
