@@ -31,7 +31,7 @@ def test_ranks_give_the_sampler_perm_mask():
         np.testing.assert_array_equal(from_ranks, ex["perm_mask"].astype(bool))
 
 
-@pytest.mark.parametrize("self_visible", [True, False])
+@pytest.mark.parametrize("self_visible", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_blockwise_rank_mask_equals_the_dense_mask(self_visible):
     _, ex = _examples(1)
     ks = jax.random.split(jax.random.key(0), 5)
@@ -52,7 +52,9 @@ def test_blockwise_rank_mask_equals_the_dense_mask(self_visible):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("implementation", ["reference", "blockwise"])
+@pytest.mark.parametrize(
+    "implementation", [pytest.param("reference", marks=pytest.mark.slow), "blockwise"]
+)
 def test_xlnet_with_ranks_equals_xlnet_with_perm_mask(implementation):
     tokens, ex = _examples(2)
     cfg = XLNetConfig(vocab_size=V, d_model=16, num_layers=2, num_heads=H, d_inner=24,
