@@ -76,3 +76,19 @@ def test_two_batches_with_memory_equal_transformers_mems(pair):
             assert mine.shape == (B, M, 16)
             np.testing.assert_allclose(np.asarray(mine), ref.numpy().transpose(1, 0, 2),
                                        rtol=1e-4, atol=1e-5)  # fmt: skip
+
+
+def test_memory_kind_config_errors_name_the_fields():
+    import importlib.util
+
+    from seqjax.train import config_validation
+    from tests.conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("xlnet_cfg", REPO / "configs" / "xlnet.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    config_validation.validate(mod.get_config("memory,smoke"))  # the shipped variant is valid
+    bad = mod.get_config("smoke")
+    bad.model.kind = "xlnet"
+    with pytest.raises(ValueError, match="lm_batching.*'stream' with model.kind='xlnet'"):
+        config_validation.validate(bad)
