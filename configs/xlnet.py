@@ -76,6 +76,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     d.plm_mask_alpha = 6  # spans: about 1 predicted token per 6 ...
     d.plm_mask_beta = 1  # ... in n-grams of up to plm_max_gram tokens
     d.plm_max_gram = 5
+    d.plm_ranks = False  # True: the order as two rank vectors (no [T, T] mask; blockwise)
     c = defaults.base(d)
     c.seed = 0
     c.init_from = None  # finetune: an ``imdb`` pre-training workdir

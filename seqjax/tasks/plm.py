@@ -36,6 +36,14 @@ class PermutationLanguageModel(base.Task):
         "weights": ("float32", 2),
     }
 
+    def configure(self, config):
+        """With ``config.data.plm_ranks``: the task whose batches carry the order as ranks."""
+        return RANKS if config.data.get("plm_ranks", False) else self
+
+    def order(self, batch) -> dict:
+        """The model's factorization-order arguments from a batch."""
+        return {"perm_mask_BTT": batch["perm_mask"]}
+
     def input_length(self, config) -> int:
         from seqjax.data import plm
 
@@ -60,7 +68,7 @@ class PermutationLanguageModel(base.Task):
         rngs = {"dropout": rng} if train else {}
         args = () if memory is None else (memory,)  # model.kind="xlnet": seqjax.models.xlnet_memory
         out = model.apply(
-            {"params": params}, batch["inputs"], *args, perm_mask_BTT=batch["perm_mask"],
+            {"params": params}, batch["inputs"], *args, **self.order(batch),
             target_mapping_BPT=batch["target_mapping"], rngs=rngs, deterministic=not train,
         )  # fmt: skip
         return out if memory is not None else (out, None)
@@ -107,4 +115,19 @@ class PermutationLanguageModel(base.Task):
         return int(config.data.batch_size) * plm.options(config.data)["num_predict"]
 
 
+class RankPermutationLanguageModel(PermutationLanguageModel):
+    """The permutation LM with the order as ranks (``data.plm_ranks``): ``q_rank`` and
+    ``k_rank`` int32 ``[B, T]`` in place of ``perm_mask`` (``XLNet(perm_ranks=...)``)."""
+
+    batch_fields = {
+        **{k: v for k, v in PermutationLanguageModel.batch_fields.items() if k != "perm_mask"},
+        "q_rank": ("int32", 2),
+        "k_rank": ("int32", 2),
+    }
+
+    def order(self, batch) -> dict:
+        return {"perm_ranks": (batch["q_rank"], batch["k_rank"])}
+
+
 TASK = registry.register(PermutationLanguageModel())
+RANKS = RankPermutationLanguageModel()  # not registered: ``TASK.configure`` returns it

@@ -72,3 +72,31 @@ def test_xlnet_with_ranks_equals_xlnet_with_perm_mask(implementation):
                                     **common)  # fmt: skip
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.asarray(hid_got[-1]), np.asarray(hid_want[-1]), atol=1e-5)
+
+
+def test_plm_batches_as_ranks_train_the_same_model():
+    """``data.plm_ranks``: the same draws as ``q_rank``/``k_rank`` (no ``perm_mask``), and
+    the ranks' task accepts them and hands them to XLNet as ``perm_ranks`` (whose outputs
+    equal the dense mask's: the test above)."""
+    import ml_collections
+
+    from seqjax.data import plm
+    from seqjax.tasks import plm as plm_task
+    from tests.data import test_xlnet_perm as tp
+
+    opts = dict(num_predict=4, reuse_len=tp.R, perm_size=tp.R, mask_alpha=3, mask_beta=1,
+                max_gram=5)  # fmt: skip
+    dense, ranked = (
+        plm.PermutationLM(tp._Rows([12, 8, 3, 10]), seed=1, stream=0, num_tokens=0, opts=opts,
+                          texts=True, ranks=r)(0)
+        for r in (False, True)
+    )  # fmt: skip
+    assert "perm_mask" not in ranked and set(ranked) - set(dense) == {"q_rank", "k_rank"}
+    np.testing.assert_array_equal(ranked["q_rank"][:, :, None] <= ranked["k_rank"][:, None, :],
+                                  dense["perm_mask"])  # fmt: skip
+    cfg = ml_collections.ConfigDict({"data": {"plm_ranks": True}})
+    task = plm_task.TASK.configure(cfg)
+    task.check_batch({k: jnp.asarray(v) for k, v in ranked.items()})
+    ranks = task.order({k: jnp.asarray(v) for k, v in ranked.items()})["perm_ranks"]
+    np.testing.assert_array_equal(np.asarray(ranks[0]), ranked["q_rank"])  # what XLNet gets
+    np.testing.assert_array_equal(np.asarray(ranks[1]), ranked["k_rank"])
