@@ -57,12 +57,12 @@ def test_blockwise_rank_mask_equals_the_dense_mask(self_visible):
 )
 def test_xlnet_with_ranks_equals_xlnet_with_perm_mask(implementation):
     tokens, ex = _examples(2)
-    cfg = XLNetConfig(vocab_size=V, d_model=16, num_layers=2, num_heads=H, d_inner=24,
+    cfg = XLNetConfig(vocab_size=V, d_model=16, num_layers=1, num_heads=H, d_inner=24,
                       dropout_rate=0.0, implementation=implementation)  # fmt: skip
     model = XLNet(cfg)
     tm = jnp.asarray(ex["target_mapping"])
-    params = model.init(jax.random.key(1), jnp.asarray(tokens), target_mapping_BPT=tm)["params"]
-    mems = tuple(jax.random.normal(jax.random.key(i), (B, M, 16)) for i in range(2))
+    params = model.init(jax.random.key(1), jnp.asarray(tokens[:, :4]))["params"]
+    mems = (jax.random.normal(jax.random.key(2), (B, M, 16)),)
     common = dict(target_mapping_BPT=tm, mems=mems, return_state=True)
     perm = jnp.asarray(ex["perm_mask"] > 0)
     want, (_, hid_want) = model.apply({"params": params}, jnp.asarray(tokens), perm_mask_BTT=perm,
