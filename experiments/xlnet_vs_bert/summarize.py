@@ -129,6 +129,8 @@ def plot(res: dict, path: pathlib.Path) -> None:
     b.axhline(50, color="grey", lw=0.8, ls="--")
     b.set_xticks(range(len(rows)), names, fontsize=7)
     b.set_ylabel("IMDB test accuracy % (± binomial s.e.)")
+    b.set_title("fine-tuned 200 steps; 1,024 test reviews; 50 % = chance", fontsize=8)
+    a.set_title("pre-training: 2 layers x 64, 8000 BPE pieces, n = 256, batch 16", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
