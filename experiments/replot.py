@@ -59,6 +59,7 @@ PLOTS = [
     ),
     ("albert_vs_bert/run.py", "albert_vs_bert/results", "file"),
     ("xlnet/plot.py", "xlnet/bench", "file"),
+    ("xlnet_vs_bert/summarize.py", "xlnet_vs_bert/results", "file"),
     ("icl_study/run.py", "icl_study/results/results", "file"),
 ]
 

@@ -207,8 +207,9 @@ def mlm_problems(cfg) -> list[tuple[str, object, str]]:
     if not masked and cfg.get("mlm_whole_word", False) not in (False, None):
         problems.append(("mlm_whole_word", cfg.get("mlm_whole_word"), "False unless "
                          "objective='mlm'"))  # fmt: skip
-    if objective and cfg.get("lm_batching") == "stream":
-        problems.append(("lm_batching", "stream", f"'random' with objective={objective!r}"))
+    if objective not in ("", None, "plm") and cfg.get("lm_batching") == "stream":
+        problems.append(("lm_batching", "stream", f"'random' with objective={objective!r} "
+                         "(streams serve 'plm' with model.kind='xlnet')"))  # fmt: skip
     if objective == "span_corruption":
         problems += span_corruption.problems(cfg)
     if objective == "plm":

@@ -116,22 +116,32 @@ class LMStreams(_Maker):
     is counted once.
     """
 
-    def __init__(self, tokens: Callable[[], np.ndarray], seq_len: int, train: bool, *args):
+    def __init__(self, tokens: Callable[[], np.ndarray], seq_len: int, train: bool, *args,
+                 stride: int | None = None):  # fmt: skip
         super().__init__(*args)
         self.tokens, self.seq_len, self.train = tokens, seq_len, train
+        self.stride = int(stride or seq_len)  # XLNet's memory: reuse_len (seqjax.data.plm)
 
     @staticmethod
     def stream_len(n: int, global_batch: int, train: bool) -> int:
         return (n - 1) // global_batch if train else math.ceil((n - 1) / global_batch)
 
+    @staticmethod
+    def num_windows(L: int, T: int, stride: int, train: bool) -> int:
+        """Windows of ``T`` every ``stride`` tokens in a stream of ``L``: training those that
+        fit (``L // T`` when ``stride = T``), evaluation enough to reach its end."""
+        if train:
+            return (L - T) // stride + 1 if L >= T else 0
+        return max(math.ceil((L - T) / stride), 0) + 1
+
     def __call__(self, step):
         tokens = self.tokens()
-        n, T = len(tokens), self.seq_len
+        n, T, S = len(tokens), self.seq_len, self.stride
         L = self.stream_len(n, self.global_batch, self.train)
         if self.train:
-            step = step % (L // T)
+            step = step % self.num_windows(L, T, S, True)
         g = self.process_index * self.batch + np.arange(self.batch)  # this process's streams
-        pos = step * T + np.arange(T + 1)  # positions within a stream
+        pos = step * S + np.arange(T + 1)  # positions within a stream
         idx = g[:, None] * L + pos
         valid = (pos[1:] <= L)[None, :] & (idx[:, 1:] < n)  # input pos < L and target < n
         return _lm_batch(tokens, np.minimum(idx, n - 1), None if self.train else valid)
