@@ -60,6 +60,7 @@ PLOTS = [
     ("albert_vs_bert/run.py", "albert_vs_bert/results", "file"),
     ("xlnet/plot.py", "xlnet/bench", "file"),
     ("icl_study/run.py", "icl_study/results/results", "file"),
+    ("bahdanau_fig2/evaluate.py", "bahdanau_fig2/results/bleu_by_length", "file"),
 ]
 
 

@@ -63,12 +63,37 @@ def _bootstrap(hyps, refs, resamples: int, seed: int) -> tuple[float, float] | N
     return float(lo), float(hi)
 
 
-def evaluate(workdir: Path, splits: list[str], resamples: int) -> dict:
+def _restore(workdir: Path, eval_len: int):
+    """``setup.restore_latest`` with source/target lengths of ``eval_len`` for decoding: the
+    evaluation rows keep every pair, cut to ``eval_len`` ids, and beam search may write
+    ``eval_len`` tokens. Neither model has a length-sized parameter (the RNN has no position
+    table, the Transformer sinusoidal positions), so a model trained on pairs of <= 48 ids
+    decodes the longer test sentences whole, as Bahdanau et al. test RNNsearch-30 (trained
+    on <= 30 words) on sentences of up to 60 words."""
+    from seqjax.train import setup
+
+    load = setup.load_config
+
+    def longer(path):
+        config = load(path)
+        config.data.max_source_len = config.data.max_target_len = eval_len
+        config.model.max_len = max(int(config.model.max_len), eval_len)
+        return config
+
+    setup.load_config = longer
+    try:
+        return setup.restore_latest(str(workdir))
+    finally:
+        setup.load_config = load
+
+
+def evaluate(workdir: Path, splits: list[str], resamples: int, eval_len: int) -> dict:
     from seqjax.tasks import seq2seq_decode, text_metrics
     from seqjax.train import setup
 
     t0, c0 = time.time(), time.process_time()
-    run, state, step = setup.restore_latest(str(workdir))
+    trained_len = int(setup.load_config(str(workdir)).data.max_source_len)
+    run, state, step = _restore(workdir, eval_len)
     fn = run.task.translate_fn(run)
     sources, hyps, refs = [], [], []
     for split in splits:
@@ -101,6 +126,7 @@ def evaluate(workdir: Path, splits: list[str], resamples: int) -> dict:
         "beam_size": int(run.config.eval.beam_size),
         "alpha": float(run.config.eval.length_penalty),
         "max_source_len": limit,
+        "trained_max_source_len": trained_len,
         "train": train_cpu,
         "eval_cpu_s": time.process_time() - c0,
         "eval_wall_s": time.time() - t0,
@@ -142,8 +168,9 @@ def markdown(payload: dict) -> str:
     trunc = [str(b["truncated"]) for b in first["buckets"]]
     lines += [
         "",
-        f"Sources longer than max_source_len={first['max_source_len']} BPE ids (EOS included) "
-        f"are decoded from their first ids; per bucket: {', '.join(trunc)}.",
+        f"Models trained on pairs of <= {first.get('trained_max_source_len', '?')} BPE ids "
+        f"(EOS included) decode with sources and outputs of up to {first['max_source_len']} "
+        f"ids; sources longer than that are cut, per bucket: {', '.join(trunc)}.",
     ]
     return "\n".join(lines) + "\n"
 
@@ -189,9 +216,12 @@ def main(argv=None) -> int:
     p.add_argument("--splits", default="validation,test")
     p.add_argument("--resamples", type=int, default=200, help="bootstrap resamples per bucket")
     p.add_argument("--replot", action="store_true", help="redraw from results/*.json")
+    p.add_argument("--out", default=str(OUT), help="folder of the results files")
+    p.add_argument("--eval_len", type=int, default=224, help="ids (EOS included) when decoding")
     args = p.parse_args(argv)
-    OUT.mkdir(parents=True, exist_ok=True)
-    stem = OUT / "bleu_by_length"
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / "bleu_by_length"
     if args.replot:
         payload = json.loads(stem.with_suffix(".json").read_text())
     else:
@@ -199,7 +229,8 @@ def main(argv=None) -> int:
         models = {}
         for name in args.models.split(","):
             print(f"[{time.strftime('%H:%M:%S')}] decoding {name} ...", flush=True)
-            models[name] = evaluate(Path(args.workdirs) / name, splits, args.resamples)
+            models[name] = evaluate(Path(args.workdirs) / name, splits, args.resamples,
+                                    args.eval_len)  # fmt: skip
             print(f"    overall BLEU {models[name]['overall']['bleu']:.2f}", flush=True)
         steps = {m["step"] for m in models.values()}
         payload = {"splits": splits, "steps": steps.pop() if len(steps) == 1 else sorted(steps),

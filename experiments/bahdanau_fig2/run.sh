@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD"
 PY=${PY:-python}
-STEPS=${STEPS:-600}
+STEPS=${STEPS:-1000}
 WORK=${WORK:-workdirs/bahdanau_fig2}
 mkdir -p "$WORK"
 COMMON=(--config.train.num_steps="$STEPS" --config.train.eval_every=0
