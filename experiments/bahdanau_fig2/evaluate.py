@@ -229,8 +229,14 @@ def main(argv=None) -> int:
         models = {}
         for name in args.models.split(","):
             print(f"[{time.strftime('%H:%M:%S')}] decoding {name} ...", flush=True)
-            models[name] = evaluate(Path(args.workdirs) / name, splits, args.resamples,
-                                    args.eval_len)  # fmt: skip
+            workdir = Path(args.workdirs) / name
+            done = workdir / "bleu_by_length.json"  # a rerun reuses a finished model
+            key = {"splits": splits, "resamples": args.resamples, "eval_len": args.eval_len}
+            if done.exists() and json.loads(done.read_text())["key"] == key:
+                models[name] = json.loads(done.read_text())["result"]
+            else:
+                models[name] = evaluate(workdir, splits, args.resamples, args.eval_len)
+                done.write_text(json.dumps({"key": key, "result": models[name]}) + "\n")
             print(f"    overall BLEU {models[name]['overall']['bleu']:.2f}", flush=True)
         steps = {m["step"] for m in models.values()}
         payload = {"splits": splits, "steps": steps.pop() if len(steps) == 1 else sorted(steps),
