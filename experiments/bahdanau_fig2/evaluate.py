@@ -209,6 +209,19 @@ def plot(payload: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def _provenance() -> dict:
+    """The date, the library versions and the commit the scores come from."""
+    import subprocess
+
+    import jax
+    import sacrebleu
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE,
+                            capture_output=True, text=True).stdout.strip()  # fmt: skip
+    return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "jax": jax.__version__,
+            "sacrebleu": sacrebleu.__version__, "commit": commit}  # fmt: skip
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--workdirs", default="workdirs/bahdanau_fig2")
@@ -241,7 +254,7 @@ def main(argv=None) -> int:
         steps = {m["step"] for m in models.values()}
         payload = {"splits": splits, "steps": steps.pop() if len(steps) == 1 else sorted(steps),
                    "edges_words": list(EDGES), "models": models,
-                   "cpu_count": os.cpu_count()}  # fmt: skip
+                   "cpu_count": os.cpu_count(), **_provenance()}  # fmt: skip
         stem.with_suffix(".json").write_text(json.dumps(payload, indent=2) + "\n")
     stem.with_suffix(".md").write_text(markdown(payload))
     plot(payload, stem.with_suffix(".png"))
