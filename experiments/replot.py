@@ -61,6 +61,7 @@ PLOTS = [
     ("xlnet/plot.py", "xlnet/bench", "file"),
     ("xlnet_vs_bert/summarize.py", "xlnet_vs_bert/results", "file"),
     ("icl_study/run.py", "icl_study/results/results", "file"),
+    ("bahdanau_fig2/evaluate.py", "bahdanau_fig2/results/bleu_by_length", "file"),
 ]
 
 

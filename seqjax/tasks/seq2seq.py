@@ -195,13 +195,23 @@ class Seq2Seq(base.Task):
 
     def decode_metrics(self, run, params, split: str, *, max_batches: int = 0) -> dict:
         """BLEU and chrF (sacreBLEU) of beam-search outputs over ``split`` (or its first
-        ``max_batches`` batches), with sacreBLEU's signatures."""
-        if not (run.config.get("eval") or {}).get("decode_metrics", True):
+        ``max_batches`` batches), with sacreBLEU's signatures; with
+        ``config.eval.bleu_length_edges`` (``python -m seqjax.evaluate --bleu_by_length``)
+        also ``bleu_by_length``: BLEU per source-length bucket (Bahdanau et al. 2015, Fig. 2;
+        ``text_metrics.bleu_by_length``)."""
+        evaluation = run.config.get("eval") or {}
+        if not evaluation.get("decode_metrics", True):
             return {}
-        from seqjax.tasks import seq2seq_decode
+        from seqjax.tasks import seq2seq_decode, text_metrics
 
-        return seq2seq_decode.split_scores(run, params, self.translate_fn(run), split,
-                                           max_batches=max_batches)  # fmt: skip
+        fn, edges = self.translate_fn(run), evaluation.get("bleu_length_edges")
+        if not edges:
+            return seq2seq_decode.split_scores(run, params, fn, split, max_batches=max_batches)
+        triple = seq2seq_decode.split_translations(run, params, fn, split, max_batches=max_batches)
+        sources, hyps, refs = triple
+        out = text_metrics.corpus_scores(hyps, refs)
+        out["bleu_by_length"] = text_metrics.bleu_by_length(sources, hyps, refs, list(edges))
+        return out
 
     def check_sample_inputs(self, run, prompt: str, length: int) -> None:
         from seqjax.tasks import inputs
