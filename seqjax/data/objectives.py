@@ -46,6 +46,8 @@ OBJECTIVES = ("", "mlm", "span_corruption")
 OBJECTIVES += ("lm",)  # causal LM over the example texts of imdb_bytes/listops (packing.py)
 OBJECTIVES += ("plm",)  # XLNet's permutation LM over corpus windows (plm.py)
 OBJECTIVES += ("bilm",)  # ELMo's forward and backward LMs (bilm.py)
+# Registered objectives that make the masked-LM batches too (checked like 'mlm').
+MASKED_LM_READERS = ("distill",)  # seqjax.data.distill_data
 # The task (seqjax.tasks) whose batches each objective makes.
 TASK_OF = {"mlm": "mlm", "span_corruption": "seq2seq", "lm": "lm", "plm": "plm", "bilm": "bilm"}
 
@@ -180,7 +182,8 @@ def mlm_problems(cfg) -> list[tuple[str, object, str]]:
     """Invalid ``config.data`` fields of the objectives as ``(field, value, valid)``."""
     problems = []
     objective = cfg.get("objective") or ""
-    if objective not in OBJECTIVES:
+    masked = objective == "mlm" or objective in MASKED_LM_READERS
+    if objective not in OBJECTIVES and registry.objective(objective) is None:
         problems.append(("objective", objective, "'' (the data set's own task), 'mlm', "
                          "'span_corruption', 'lm', 'plm' or 'bilm'"))  # fmt: skip
     if objective == "lm" and cfg.get("name") not in _example_texts():
@@ -191,7 +194,7 @@ def mlm_problems(cfg) -> list[tuple[str, object, str]]:
     if objective == "bilm" and cfg.get("name") not in texts:
         problems.append(("objective", objective, "'' for this data set; 'bilm' reads a corpus "
                          f"or example texts ({', '.join(texts)})"))  # fmt: skip
-    if objective == "mlm":
+    if masked:
         p = cfg.get("mlm_probability")
         if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0 < p < 1:
             problems.append(("mlm_probability", p, "a number 0 < p < 1 (BERT: 0.15)"))
@@ -206,11 +209,12 @@ def mlm_problems(cfg) -> list[tuple[str, object, str]]:
         if cfg.get("name") in registry.names() and cfg.get("name") not in texts:
             problems.append(("objective", objective, "'' for this data set; 'mlm' needs a "
                              f"text data set ({', '.join(texts)})"))  # fmt: skip
-    if objective != "mlm" and cfg.get("mlm_whole_word", False) not in (False, None):
+    if not masked and cfg.get("mlm_whole_word", False) not in (False, None):
         problems.append(("mlm_whole_word", cfg.get("mlm_whole_word"), "False unless "
                          "objective='mlm'"))  # fmt: skip
-    if objective and cfg.get("lm_batching") == "stream":
-        problems.append(("lm_batching", "stream", f"'random' with objective={objective!r}"))
+    if objective not in ("", None, "plm") and cfg.get("lm_batching") == "stream":
+        problems.append(("lm_batching", "stream", f"'random' with objective={objective!r} "
+                         "(streams serve 'plm' with model.kind='xlnet')"))  # fmt: skip
     if objective == "span_corruption":
         problems += span_corruption.problems(cfg)
     if objective == "plm":

@@ -43,6 +43,7 @@ BUILTIN = (
     "seqjax.data.plm",
     "seqjax.data.bilm",
 )
+BUILTIN += ("seqjax.data.distill_data", "seqjax.data.finetune_data", "seqjax.data.gpt1_data")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,6 +23,9 @@ BUILTIN += ("seqjax.tasks.image_generation",)
 BUILTIN += ("seqjax.tasks.pair_classification",)
 BUILTIN += ("seqjax.tasks.plm",)
 BUILTIN += ("seqjax.tasks.bilm",)
+BUILTIN += ("seqjax.tasks.distill",)
+BUILTIN += ("seqjax.tasks.token_tasks",)
+BUILTIN += ("seqjax.tasks.gpt1_finetune",)
 
 
 def _load_builtin() -> None:
