@@ -9,8 +9,16 @@ from __future__ import annotations
 
 import numbers
 
-from seqjax.data import finetune_data, gpt1_data, hf_vocab, objectives, packing, registry, subword
-from seqjax.data import token_chars
+from seqjax.data import (
+    finetune_data,
+    gpt1_data,
+    hf_vocab,
+    objectives,
+    packing,
+    registry,
+    subword,
+    token_chars,
+)
 
 
 def _is_int(x) -> bool:
