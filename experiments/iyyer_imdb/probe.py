@@ -1,8 +1,9 @@
 """A linear probe of the frozen biLM's features (a diagnostic beside the ELMo row): each
 review's mean over its tokens of every biLM layer, standardized per dimension, then
 scikit-learn's logistic regression on 1,536 training reviews, scored on the first 640 test
-reviews. ``python probe.py ELMO_CLASSIFIER_WORKDIR EXPERIMENT_DIR`` (any ``elmo`` classifier Needs the ``probe`` extra (``pip install -e ".[probe]"``: scikit-learn).
-run: its ``encoder/`` is the loaded biLM) -> ``results/iyyer_imdb_probe.json``.
+reviews. ``python probe.py ELMO_CLASSIFIER_WORKDIR EXPERIMENT_DIR`` (any ``elmo`` classifier
+run: its ``encoder/`` is the loaded biLM) -> ``results/iyyer_imdb_probe.json``. Needs the
+``probe`` extra (``pip install -e ".[probe]"``: scikit-learn).
 """
 
 import copy
