@@ -11,7 +11,7 @@ built from the parts in ``seqjax.models.elmo``:
   mean over each row's real tokens, one hidden ReLU layer and the classes. With
   ``model.freeze_bilm`` (default) the biLM is frozen: its layers pass ``stop_gradient`` and
   the family's ``frozen`` makes the optimizer leave ``encoder/`` unchanged
-  (``seqjax.models.feature_transfer.freeze_by_name``: no update, no weight decay).
+  (added to ``optimizer.freeze`` by ``train.setup``: no update, no weight decay).
 
 Both read each token's characters: the family asks the data for ``token_chars`` ``[B, T,
 L]`` (``Family.token_chars = 50``, AllenNLP's ``ELMoCharacterMapper``;

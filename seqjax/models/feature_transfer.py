@@ -85,22 +85,6 @@ def freeze(tx: optax.GradientTransformation, params, frozen=("encoder",)):
     return optax.multi_transform({"train": tx, "frozen": optax.set_to_zero()}, labels)
 
 
-def freeze_by_name(tx: optax.GradientTransformation, frozen=("encoder",)):
-    """``freeze`` before the parameters exist (the labels are computed from the tree that
-    ``tx.init`` receives): a family's ``frozen`` subtrees, wrapped around the job's
-    optimizer. A tree without one of them is the ``ValueError`` of ``freeze``."""
-    frozen = tuple(frozen)
-
-    def labels(params):
-        missing = [k for k in frozen if k not in params]
-        if missing:
-            raise ValueError(f"frozen={frozen}: the parameters have no {missing[0]!r} subtree; "
-                             f"valid: {sorted(params)}")  # fmt: skip
-        return {k: _fill(v, "frozen" if k in frozen else "train") for k, v in params.items()}
-
-    return optax.multi_transform({"train": tx, "frozen": optax.set_to_zero()}, labels)
-
-
 def _fill(tree, label):
     import jax
 

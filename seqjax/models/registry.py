@@ -76,7 +76,7 @@ class Family:
         ``[B, T, L]`` (``seqjax.data.token_chars``) and the task passes it to the model as
         ``token_chars_BTL``.
       frozen: ``model_cfg -> top-level parameter subtrees`` the optimizer leaves unchanged
-        (feature-based transfer: ``seqjax.models.feature_transfer.freeze_by_name``); None:
+        (feature-based transfer: added to ``optimizer.freeze`` by ``train.setup``); None:
         all train.
     """
 

@@ -262,12 +262,14 @@ def _is_box(x) -> bool:
     return isinstance(x, meta.AxisMetadata)
 
 
-def make_optimizer(opt, num_steps: int):
+def make_optimizer(opt, num_steps: int, also_freeze=()):
     """Optional global-norm clipping, then the optimizer ``opt.name`` on its schedule.
 
     Args:
       opt: ``config.optimizer``.
       num_steps: ``config.train.num_steps`` (where the decaying schedules end).
+      also_freeze: prefixes frozen besides ``opt.freeze`` (a model family's own
+        ``Family.frozen`` subtrees: feature-based transfer).
 
     Returns:
       ``(optax.GradientTransformation, schedule)``.
@@ -280,7 +282,7 @@ def make_optimizer(opt, num_steps: int):
     clip_norm = float(_get(opt, "grad_clip_norm"))
     if clip_norm > 0:
         tx = optax.chain(optax.clip_by_global_norm(clip_norm), tx)
-    frozen = tuple(_get(opt, "freeze") or ())
+    frozen = tuple(dict.fromkeys((*(_get(opt, "freeze") or ()), *also_freeze)))
     if frozen:
         tx = optax.multi_transform(
             {"train": tx, "frozen": optax.set_to_zero()}, freeze_labels(frozen)

@@ -18,7 +18,7 @@ import optax
 from seqjax import console, tasks
 from seqjax import data as data_lib
 from seqjax.data import pipeline
-from seqjax.models import feature_transfer, memory
+from seqjax.models import memory
 from seqjax.models import registry as model_registry
 from seqjax.models.transformer import TransformerConfig
 from seqjax.tasks import model_build
@@ -107,10 +107,10 @@ def build(config, *, validate: bool = True) -> Run:
     model_cfg = task.model_config(config, info)
     rec = memory.recurrence(config)
     model = task.build_model(config, model_cfg)
-    tx, schedule = optim.make_optimizer(config.optimizer, config.train.num_steps)
-    frozen = model_registry.for_model_config(model_cfg).frozen
-    if frozen is not None and frozen(model_cfg):  # feature-based transfer: a frozen encoder
-        tx = feature_transfer.freeze_by_name(tx, frozen(model_cfg))
+    frozen = model_registry.for_model_config(model_cfg).frozen  # feature-based transfer
+    tx, schedule = optim.make_optimizer(
+        config.optimizer, config.train.num_steps, also_freeze=frozen(model_cfg) if frozen else ()
+    )
     input_shapes = task.init_shapes(config, info)
     memory_batch = int(config.data.batch_size) if rec else 0
     abstract, _, init = state.create_state(

@@ -16,8 +16,9 @@ import pytest
 
 from seqjax import tasks
 from seqjax.convert import torch_rnn
-from seqjax.models import feature_transfer, registry
+from seqjax.models import registry
 from seqjax.models.elmo_family import ELMoClassifier, ELMoConfig, ELMoLM
+from seqjax.train import defaults, optim
 
 torch = pytest.importorskip("torch")
 B, T, L, H, P, V = 2, 7, 6, 8, 4, 19
@@ -141,8 +142,14 @@ def test_frozen_bilm_unchanged_by_a_transfer_step():
         return jax.grad(loss)(p)
 
     grads = grad(params)
-    adamw = optax.adamw(1e-2, weight_decay=0.1)  # the decay moves even a gradient-free tree
-    for tx, moves in ((feature_transfer.freeze_by_name(adamw, frozen(cfg)), False), (adamw, True)):
+    # the job's optimizer as train.setup makes it: AdamW with weight decay on all parameters
+    # (the decay moves even a gradient-free tree), the family's subtrees added to its freeze
+    opt = defaults.optimizer()
+    opt.learning_rate, opt.weight_decay, opt.weight_decay_mask = 1e-2, 0.1, "all"
+    opt.schedule, opt.warmup_steps = "constant", 0
+    frozen_tx, _ = optim.make_optimizer(opt, 10, also_freeze=frozen(cfg))
+    free_tx, _ = optim.make_optimizer(opt, 10)
+    for tx, moves in ((frozen_tx, False), (free_tx, True)):
         updates, _ = tx.update(grads, tx.init(params), params)
         new = optax.apply_updates(params, updates)
         same = jax.tree.map(lambda a, b: bool((a == b).all()), params, new)
