@@ -51,8 +51,10 @@ def _corpus(tmp_path):
 
 
 def test_batches_carry_each_words_characters_and_bilm_weights(make_cfg, tmp_path):
+    # its own data_dir: the session's shared one may hold WikiText-2 prepared from another
+    # test's fake archive (a different source is refused, as it should be)
     cfg = make_cfg(name="wikitext2", manual_dir=_corpus(tmp_path), vocab="words", seq_len=8,
-                   batch_size=2, token_chars=12)  # fmt: skip
+                   batch_size=2, token_chars=12, data_dir=str(tmp_path / "tfds"))  # fmt: skip
     info = sd.info(cfg)
     batch = next(sd.make(cfg, split="train"))
     chars_BTL = batch[tc.FIELD]
