@@ -142,6 +142,13 @@ def default_config() -> ml_collections.ConfigDict:
     # are made per word (sentencepiece: a '▁' piece and its continuations; bytes/chars: runs
     # of non-space characters), so every piece of a chosen word is masked together.
     c.mlm_whole_word = False
+    # objective='denoising' (BART, seqjax/data/bart_noise.py): the noise, one of masking,
+    # deletion, infilling, permutation, rotation or several joined by '+' (e.g.
+    # 'infilling+permutation'); the share of words masked/deleted/infilled and the Poisson
+    # mean of the infilled span lengths (Lewis et al. 2020: 0.3 and 3.5).
+    c.noise = "infilling"
+    c.noise_ratio = 0.3
+    c.noise_lambda = 3.5
     # Pack several examples into each row (`seqjax.data.packing`: segment_ids, positions
     # restarting per example, efficiency logged): imdb_bytes/listops (classification, or
     # objective 'mlm' / 'lm') and the seq2seq sets; LM corpora are dense streams already.

@@ -41,6 +41,7 @@ BUILTIN = (
     "seqjax.data.retrieval",
     "seqjax.data.seq2seq",
     "seqjax.data.plm",
+    "seqjax.data.bart_noise",
 )
 
 
