@@ -24,9 +24,9 @@ is ``[BOS] line_1 \\n ... line_k \\n [EOS]`` and the newline is the dedicated se
 separator. A window with two newlines keeps its first (partial) line and ends at the second
 newline (two sentences); one with fewer is kept uncut and is not permuted (a one-sentence
 document has nothing to permute: ``permute_sentences`` would refuse it). The end-of-sentence
-tokens are never stripped, the separator is never the padding id (ids are the data's + 1, 0 = padding) and the noises act
-on the unpadded document, padding after it (the fairseq pitfalls; ``tests/data/
-test_bart_objective.py``). Words (masking, infilling) are runs of non-whitespace ids, every
+tokens are never stripped, the separator is never the padding id (ids are the data's + 1,
+0 = padding) and the noises act on the unpadded document, padding after it (the fairseq
+pitfalls; ``tests/data/test_bart_objective.py``). Words (masking, infilling) are runs of non-whitespace ids, every
 whitespace id a word of its own.
 
 Ids: the corpus's ids + 1 (0 = padding), then ``<mask>`` = V + 1, [BOS] = V + 2, [EOS] =
