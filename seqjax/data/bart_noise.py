@@ -26,8 +26,8 @@ newline (two sentences); one with fewer is kept uncut and is not permuted (a one
 document has nothing to permute: ``permute_sentences`` would refuse it). The end-of-sentence
 tokens are never stripped, the separator is never the padding id (ids are the data's + 1,
 0 = padding) and the noises act on the unpadded document, padding after it (the fairseq
-pitfalls; ``tests/data/test_bart_objective.py``). Words (masking, infilling) are runs of non-whitespace ids, every
-whitespace id a word of its own.
+pitfalls; ``tests/data/test_bart_objective.py``). Words (masking, infilling) are runs of
+non-whitespace ids, every whitespace id a word of its own.
 
 Ids: the corpus's ids + 1 (0 = padding), then ``<mask>`` = V + 1, [BOS] = V + 2, [EOS] =
 V + 3 (V: the corpus's vocabulary; bytes: 256, so ids 1..256 equal ``imdb_bytes``' bytes).
