@@ -149,6 +149,10 @@ def default_config() -> ml_collections.ConfigDict:
     c.noise = "infilling"
     c.noise_ratio = 0.3
     c.noise_lambda = 3.5
+    # objective='sop' (ALBERT, seqjax/data/sop.py): sentence-order pairs of a corpus's lines
+    # with n-gram masking of n <= sop_ngram words (P(n) ~ 1/n; Lan et al. 2020: 3) of
+    # mlm_probability of the tokens.
+    c.sop_ngram = 3
     # Pack several examples into each row (`seqjax.data.packing`: segment_ids, positions
     # restarting per example, efficiency logged): imdb_bytes/listops (classification, or
     # objective 'mlm' / 'lm') and the seq2seq sets; LM corpora are dense streams already.

@@ -42,6 +42,7 @@ BUILTIN = (
     "seqjax.data.seq2seq",
     "seqjax.data.plm",
     "seqjax.data.bart_noise",
+    "seqjax.data.sop",
 )
 
 

@@ -22,6 +22,7 @@ BUILTIN += ("seqjax.tasks.mlm",)
 BUILTIN += ("seqjax.tasks.image_generation",)
 BUILTIN += ("seqjax.tasks.pair_classification",)
 BUILTIN += ("seqjax.tasks.plm",)
+BUILTIN += ("seqjax.tasks.mlm_pair",)
 
 
 def _load_builtin() -> None:
