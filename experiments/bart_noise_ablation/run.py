@@ -42,7 +42,7 @@ PAPER = {
     "infilling": (90.8, 84.0, 6.61), "permutation": (85.4, 81.5, 10.93),
     "rotation": (77.2, 75.3, 17.14), "infilling+permutation": (90.8, 83.8, 6.62),
 }  # fmt: skip
-PRETRAIN, FINETUNE, EVAL_BATCHES, B = 400, 200, 8, 32
+PRETRAIN, FINETUNE, EVAL_BATCHES, B, PAIR_LEN = 250, 120, 8, 16, 64
 
 
 def config(noise: str):
@@ -75,9 +75,13 @@ def main():
     p.add_argument("--pretrain", type=int, default=PRETRAIN)
     p.add_argument("--finetune", type=int, default=FINETUNE)
     p.add_argument("--out", default=str(HERE))
+    p.add_argument("--summarize", action="store_true", help="only rebuild from runs.jsonl")
     args = p.parse_args()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.summarize:
+        rows = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines()]
+        return write(out, rows, args, json.loads((out / "setup.json").read_text()))
 
     base = config("infilling")
     info = sd.info(base.data)
@@ -88,9 +92,17 @@ def main():
     sizes = info.split_sizes  # text_file: train / validation / test characters, in order
     train_text = text[: sizes["train"]]
     test_text = text[sizes["train"] + sizes["validation"] :]
-    ft_src, ft_tgt = next_line_pairs(info, train_text, n)
-    te_src, te_tgt = next_line_pairs(info, test_text, n)
+    ft_src, ft_tgt = next_line_pairs(info, train_text, PAIR_LEN)
+    te_src, te_tgt = next_line_pairs(info, test_text, PAIR_LEN)
     print(f"next-line pairs: train {len(ft_src)}, test {len(te_src)}", flush=True)
+    setup = {"pretrain_steps": args.pretrain, "finetune_steps": args.finetune, "batch": B,
+             "document_ids": n, "pair_ids": PAIR_LEN, "seeds": args.seeds,
+             "model": "2 + 2 post-LN layers, width 64, 4 heads, d_ff 256, learned positions, "
+             "tied embeddings (configs/bart.py:study)",
+             "next_line_pairs": {"train": len(ft_src), "test": len(te_src)},
+             "corpus": "tiny shakespeare (chars)"}  # fmt: skip
+    (out / "setup.json").write_text(json.dumps(setup, indent=1) + "\n")
+    (out / "runs.jsonl").write_text("")
 
     def loss_fn(params, src, tgt, w):
         logits = model.apply({"params": params}, src, shift_right(tgt), deterministic=True)
@@ -165,13 +177,15 @@ def main():
             row["cpu_seconds"] = time.process_time() - t0
             rows.append(row)
             print(json.dumps(row), flush=True)
+            with open(out / "runs.jsonl", "a") as f:
+                f.write(json.dumps(row) + "\n")
+    write(out, rows, args, setup)
+
+
+def write(out, rows, args, setup):
     summary = summarize(rows)
     payload = {
-        "setup": {"pretrain_steps": args.pretrain, "finetune_steps": args.finetune,
-                  "batch": B, "document_chars": n, "model": "2 + 2 post-LN layers, width 64, "
-                  "4 heads, learned positions, tied embeddings", "seeds": args.seeds,
-                  "next_line_pairs": {"train": len(ft_src), "test": len(te_src)},
-                  "corpus": "tiny shakespeare (chars)"},
+        "setup": setup,
         "paper_table1": {k: dict(zip(("squad_f1", "mnli_acc", "xsum_ppl"), v))
                          for k, v in PAPER.items()},
         "runs": rows, "summary": summary,
@@ -186,16 +200,19 @@ def summarize(rows):
     out = {}
     for noise in ("none", *NOISES):
         rs = [r for r in rows if r["noise"] == noise]
+        if not rs:
+            continue
         nll = np.array([r["next_line_nll"] for r in rs])
         se = nll.std(ddof=1) / math.sqrt(len(nll)) if len(nll) > 1 else float("nan")
-        s = {"next_line_nll": float(nll.mean()), "next_line_nll_se": float(se),
+        s = {"seeds": len(rs), "next_line_nll": float(nll.mean()), "next_line_nll_se": float(se),
              "next_line_ppl": float(math.exp(nll.mean())),
              "pair_se": float(np.mean([r["next_line_nll_pair_se"] for r in rs])),
              "cpu_seconds": float(sum(r["cpu_seconds"] for r in rs))}  # fmt: skip
         if noise != "none":
             rec = np.array([r["reconstruction_nll"] for r in rs])
             s["reconstruction_nll"] = float(rec.mean())
-            s["reconstruction_nll_se"] = float(rec.std(ddof=1) / math.sqrt(len(rec)))
+            s["reconstruction_nll_se"] = (float(rec.std(ddof=1) / math.sqrt(len(rec)))
+                                          if len(rec) > 1 else float("nan"))  # fmt: skip
         out[noise] = s
     return out
 
@@ -234,10 +251,11 @@ def plot(summary, path):
     ax.set_ylabel("next-line NLL after fine-tuning (nats/char)")
     ax.set_title("downstream (lower is better; ± SE over seeds)")
     ax = axes[1]
-    ours = [summary[k]["next_line_ppl"] for k in NOISES]
-    paper = [PAPER[k][2] for k in NOISES]
+    done = [k for k in NOISES if k in summary]
+    ours = [summary[k]["next_line_ppl"] for k in done]
+    paper = [PAPER[k][2] for k in done]
     ax.scatter(paper, ours)
-    for k, x, yv in zip(NOISES, paper, ours):
+    for k, x, yv in zip(done, paper, ours):
         ax.annotate(k, (x, yv), fontsize=8)
     ax.set_xlabel("paper: XSum perplexity (BART-base, Table 1)")
     ax.set_ylabel("here: next-line perplexity")

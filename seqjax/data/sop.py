@@ -12,12 +12,12 @@ leave no positional cue (a segment that ends mid-line would tell the order). A r
 fewer than two whole lines that fit is its one line (or, when none of two ids or more
 fits, the window's first ``seq_len - 3`` ids) cut at a uniformly chosen position instead,
 and its pair weighs 0 (its masked LM counts; its order label would be readable from where
-the newlines are). With probability
-``short_seq_prob`` (0.1) the row's length is a random shorter ``target`` (the reference's
-short sequences: the lines then fill that). The row is ``[CLS] A [SEP] B [SEP]`` (segment ids 0 / 1, then padding),
-masked by ``albert_pretraining.ngram_mask`` (n-grams of up to ``sop_ngram`` = 3 words, P(n)
-∝ 1/n, 15 % of the tokens, 80/10/10); a word is a run of letters and digits together with
-the one character before it (as SentencePiece's '▁' pieces: a space, punctuation or a
+the newlines are). With probability ``short_seq_prob`` (0.1) the row's length is a random
+shorter ``target`` (the reference's short sequences: the lines then fill that). The row is
+``[CLS] A [SEP] B [SEP]`` (segment ids 0 / 1, then padding), masked by
+``albert_pretraining.ngram_mask`` (n-grams of up to ``sop_ngram`` = 3 words, P(n) ∝ 1/n,
+15 % of the tokens, 80/10/10); a word is a run of letters and digits together with the one
+character before it (as SentencePiece's '▁' pieces: a space, punctuation or a
 newline starts a word).
 
 Ids: the corpus's + 1 (0 = padding), then [MASK] = V + 1, [CLS] = V + 2, [SEP] = V + 3.
@@ -212,7 +212,8 @@ def make_sop(cfg, split, process_index, process_count, train, base_make, base_in
         probability=float(cfg.mlm_probability), num_tokens=n,
     )  # fmt: skip
     spec = {**base.spec, "objective": "sop", "seq_len": int(cfg.seq_len),
-            "sop_ngram": int(cfg.sop_ngram), "mlm_probability": float(cfg.mlm_probability)}  # fmt: skip
+            "sop_ngram": int(cfg.sop_ngram),
+            "mlm_probability": float(cfg.mlm_probability)}  # fmt: skip
     return pipeline.DataIterator(
         wrapped, base.num_steps, spec, num_workers=int(cfg.num_workers), prefetch=int(cfg.prefetch)
     )

@@ -44,8 +44,9 @@ class MaskedLMWithPair(MaskedLanguageModel):
 
     def describe_data(self, config, info) -> str:
         d = config.data
-        return (f"{d.name}, sentence-order pairs with n-gram masking (n <= {d.sop_ngram}, p "
-                f"{d.mlm_probability}) in rows of {d.seq_len} tokens, batch {d.batch_size}")  # fmt: skip
+        return (f"{d.name}, sentence-order pairs with n-gram masking (n <= {d.sop_ngram}, "
+                f"p {d.mlm_probability}) in rows of {d.seq_len} tokens, "
+                f"batch {d.batch_size}")  # fmt: skip
 
     def needs(self, config, info):
         from seqjax.models.registry import Needs

@@ -103,11 +103,11 @@ def test_mlm_pair_loss_and_albert_pair_head_trains(corpus, tfds_dir):
     assert "pair_head" in params
 
     def loss(p):
-        sums, _ = task.batch_sums(model, p, batch, rng=None, train=False)
-        return sums["loss_sum"] / sums["weight_sum"], sums
+        outputs, _ = task.apply(model, p, batch, rng=None, train=False)
+        sums = task.sums(outputs, batch)
+        return sums["loss_sum"] / sums["weight_sum"], (sums, outputs)
 
-    (value, sums), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
-    (mlm, pair), _ = jax.jit(lambda p: task.apply(model, p, batch, rng=None, train=False))(params)
+    (value, (sums, (mlm, pair))), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
     ce = optax.softmax_cross_entropy_with_integer_labels
     w, pw = batch["weights"], batch["pair_weights"]
     want = (ce(mlm, batch["targets"]) * w).sum() / w.sum()
