@@ -175,7 +175,7 @@ def albert_from_needs(config, info, needs) -> AlbertConfig:
     from seqjax.models import from_config, registry
 
     m = config.model
-    pair = {"pair_head": True} if needs.task == "mlm_pair" else {}
+    pair = {"pair_head": True} if getattr(needs, "task", None) == "mlm_pair" else {}
     return registry.dataclass_from_block(
         AlbertConfig, m, vocab_size=int(info.vocab_size), pad_id=info.pad_id, causal=False,
         **pair,
