@@ -19,6 +19,9 @@ masked LM only, ``data.objective='mlm'``, no sentence-order head). The default o
 [SEP] B [SEP]``, two parts of a window cut at a line end, swapped with probability 1/2
 (the SOP label), n-gram masked (n <= 3 words, P(n) ~ 1/n, 15 % of the tokens); the loss is
 the masked-LM cross-entropy plus the sentence-order head's (``AlbertForPreTraining``).
+Rows whose window holds fewer than two whole lines that fit carry no SOP loss (their order
+would be readable from where the newlines fall): about 16 % of the stdlib's rows at 128
+bytes, 71 % at the smoke's 64.
 """
 
 import ml_collections
