@@ -60,6 +60,7 @@ PLOTS = [
     ("albert_vs_bert/run.py", "albert_vs_bert/results", "file"),
     ("xlnet/plot.py", "xlnet/bench", "file"),
     ("icl_study/run.py", "icl_study/results/results", "file"),
+    ("bart_noise_ablation/run.py", "bart_noise_ablation/results", "file"),
 ]
 
 
