@@ -61,6 +61,7 @@ PLOTS = [
     ("xlnet/plot.py", "xlnet/bench", "file"),
     ("icl_study/run.py", "icl_study/results/results", "file"),
     ("bart_noise_ablation/run.py", "bart_noise_ablation/results", "file"),
+    ("bart_noise_ablation/run.py", "bart_noise_ablation/long/results", "file"),
 ]
 
 

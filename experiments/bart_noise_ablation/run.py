@@ -224,12 +224,16 @@ def table(summary) -> str:
         "| reconstruction NLL ± SE | paper SQuAD F1 | paper MNLI | paper XSum ppl |",
         "|---|---|---|---|---|---|---|---|",
     ]
+
+    def pm(value, se, digits):
+        return f"{value:.{digits}f}" + ("" if math.isnan(se) else f" ± {se:.{digits}f}")
+
     for noise, s in summary.items():
-        rec = (f"{s['reconstruction_nll']:.3f} ± {s['reconstruction_nll_se']:.3f}"
+        rec = (pm(s["reconstruction_nll"], s["reconstruction_nll_se"], 3)
                if "reconstruction_nll" in s else "—")  # fmt: skip
         paper = PAPER.get(noise, ("—", "—", "—"))
         lines.append(
-            f"| {noise} | {s['next_line_nll']:.4f} ± {s['next_line_nll_se']:.4f} "
+            f"| {noise} | {pm(s['next_line_nll'], s['next_line_nll_se'], 4)} "
             f"| {s['pair_se']:.4f} | {s['next_line_ppl']:.3f} | {rec} | {paper[0]} | {paper[1]} "
             f"| {paper[2]} |"
         )
@@ -253,12 +257,17 @@ def plot(payload, path):
                  fontsize=11)  # fmt: skip
     ax = axes[0]
     y = [summary[k]["next_line_nll"] for k in names]
-    e = [summary[k]["next_line_nll_se"] for k in names]
-    ax.bar(range(len(names)), y, yerr=e, color=["grey"] + ["C0"] * (len(names) - 1), capsize=3)
+    e = [
+        0.0 if math.isnan(summary[k]["next_line_nll_se"]) else summary[k]["next_line_nll_se"]
+        for k in names
+    ]
+    colors = ["grey" if k == "none" else "C0" for k in names]
+    ax.bar(range(len(names)), y, yerr=e if setup["seeds"] > 1 else None, color=colors, capsize=3)
     ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
     ax.set_ylim(min(y) - 0.05, max(y) + 0.05)
     ax.set_ylabel("next-line NLL after fine-tuning (nats/char)")
-    ax.set_title("downstream (lower is better; ± SE over seeds)", fontsize=10)
+    bars = "± SE over seeds" if setup["seeds"] > 1 else "one seed: no error bars"
+    ax.set_title(f"downstream (lower is better; {bars})", fontsize=10)
     ax = axes[1]
     done = [k for k in NOISES if k in summary]
     ours = [summary[k]["next_line_ppl"] for k in done]
