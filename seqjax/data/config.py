@@ -134,7 +134,10 @@ def default_config() -> ml_collections.ConfigDict:
     # own task), 'mlm' (BERT masked LM on pystdlib/text_file/enwik8/text8 windows of seq_len or
     # imdb_bytes/listops texts of max_len; task 'mlm', [MASK] id = the data's vocab size) or
     # 'span_corruption' (T5 on a corpus with vocab='sentencepiece': seq2seq batches of
-    # max_source_len/max_target_len, sentinel ids past the vocabulary).
+    # max_source_len/max_target_len, sentinel ids past the vocabulary); 'denoising' (BART's
+    # noises, seqjax/data/bart_noise.py: seq2seq batches noised document -> document) and
+    # 'sop' (ALBERT's sentence order + n-gram masking, seqjax/data/sop.py: task mlm_pair) on a
+    # corpus with vocab='bytes'/'chars'.
     c.objective = ""
     # objective='mlm': share of the real tokens chosen (80% [MASK] / 10% random / 10% unchanged).
     c.mlm_probability = 0.15
