@@ -9,6 +9,7 @@ Network with word dropout and Kim 2014's CNN, the ``baselines`` family
     python -m seqjax.main --config configs/text_baselines.py \\
         --config.model.architecture=cnn --workdir /tmp/kim_cnn
     python -m seqjax.main --config configs/text_baselines.py:lstm --workdir /tmp/imdb_lstm
+    python -m seqjax.main --config configs/text_baselines.py:transformer --workdir /tmp/imdb_tf
 
 The reviews (``../shared/data/imdb``, as ``configs/lra_text.py``) as sentencepiece
 subwords (8,000 pieces trained on the training split), the first 400 pieces of each review;
@@ -16,9 +17,10 @@ DAN as Iyyer et al. §4: 300-wide embeddings averaged, word dropout 0.3, ReLU la
 (2 here, of 300), Adam. Kim's CNN: widths 3/4/5 with 100 maps each, dropout 0.5.
 
 Variants (``:arg``): ``default`` (DAN), ``lstm`` (a bidirectional LSTM classifier, the
-``rnn`` family), ``smoke`` (a 2-layer 32-wide DAN on 64 pieces, 60 steps: 1.5 min of wall
-time, 20 CPU-seconds, under load; the vocabulary is trained on first use, so the first run
-takes longer). Every field not set here is in
+``rnn`` family), ``transformer`` (a 2-layer, 64-wide Transformer encoder with mean pooling,
+the attention row of ``experiments/iyyer_imdb``), ``smoke`` (a 2-layer 32-wide DAN on 64
+pieces, 60 steps: 1.5 min of wall time, 20 CPU-seconds, under load; the vocabulary is
+trained on first use, so the first run takes longer). Every field not set here is in
 ``seqjax/train/defaults.py``, ``seqjax/data/config.py`` and
 ``seqjax.models.baselines.BaselineConfig``.
 """
@@ -28,7 +30,7 @@ from seqjax.configs import common
 from seqjax.models import registry
 from seqjax.train import defaults
 
-VARIANTS = ("default", "lstm", "smoke")
+VARIANTS = ("default", "lstm", "transformer", "smoke")
 
 
 def get_config(arg: str | None = None):
@@ -67,6 +69,13 @@ def get_config(arg: str | None = None):
         c.model = registry.model_block(
             "rnn", cell="lstm", num_layers=1, hidden_dim=128, bidirectional=True, pooling="max"
         )
+    if variant == "transformer":  # the attention row of the same table (same data)
+        c.model = defaults.base(d).model  # the transformer family's job block
+        m = c.model
+        m.num_layers, m.num_heads, m.d_model, m.d_ff = 2, 4, 64, 256
+        m.max_len = d.max_len
+        m.pooling = "mean"
+        m.dropout_rate = 0.1
     if variant == "smoke":
         d.vocab_size = 1000
         d.max_len = 64

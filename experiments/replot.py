@@ -59,7 +59,10 @@ PLOTS = [
     ),
     ("albert_vs_bert/run.py", "albert_vs_bert/results", "file"),
     ("xlnet/plot.py", "xlnet/bench", "file"),
+    ("xlnet_vs_bert/summarize.py", "xlnet_vs_bert/results", "file"),
     ("icl_study/run.py", "icl_study/results/results", "file"),
+    ("iyyer_imdb/summarize.py", "iyyer_imdb/results/iyyer_imdb_cpu", "file"),
+    ("bahdanau_fig2/evaluate.py", "bahdanau_fig2/results/bleu_by_length", "file"),
     ("bart_noise_ablation/run.py", "bart_noise_ablation/results", "file"),
     ("bart_noise_ablation/run.py", "bart_noise_ablation/long/results", "file"),
 ]

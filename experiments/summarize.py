@@ -147,8 +147,9 @@ def gather(root: Path = HERE) -> list[dict]:
                     **row,
                     "measured": conditions(row, payload),
                     "machine": machine,
-                    "date": date,
-                    "commit": commit,
+                    # a row measured after the rest of its file keeps its own date/commit
+                    "date": row.get("date") or date,
+                    "commit": row.get("commit") or commit,
                     "file": f"[{path.name}]({path.relative_to(root).as_posix()})",
                 }
             )

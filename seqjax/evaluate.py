@@ -4,8 +4,10 @@
 
 restores the newest complete checkpoint of a training workdir and prints one JSON line: its
 task's summary (``seqjax.tasks``; an LM: loss, bits per character/byte, perplexity, accuracy;
-a classifier: loss, accuracy, count) and any decoding metrics the task adds. The evaluation
-itself is ``seqjax.train.evaluator.Evaluator``, which the training loop also runs.
+a classifier: loss, accuracy, count) and any decoding metrics the task adds (translation:
+BLEU/chrF, and with ``--bleu_by_length=0,10,20,30,40`` BLEU per source-length bucket in
+words, Bahdanau et al. 2015 Figure 2). The evaluation itself is
+``seqjax.train.evaluator.Evaluator``, which the training loop also runs.
 
 Transformer-XL runs are evaluated with ``config.eval``'s lengths (Dai et al. 2019, §4);
 override them with ``--tgt_len/--mem_len/--clamp_len/--same_length``.
@@ -43,17 +45,39 @@ def _main(argv):
     }
     if f.max_batches < 0:
         raise inputs.InputError(f"--max_batches={f.max_batches}; valid: >= 0 (0 = all)")
+    if f.bleu_by_length is not None:
+        overrides["bleu_length_edges"] = _length_edges(f.bleu_by_length)
     run, state, step = cli_inputs.restore(
         lambda s: setup.restore_latest(f.workdir, eval_overrides=overrides, step=s),
         f.workdir,
         f.step,
         f["import"].value,
     )
+    if f.bleu_by_length is not None and getattr(run.task, "translate_fn", None) is None:
+        raise inputs.InputError(
+            f"--bleu_by_length: --workdir={f.workdir} trained a {run.task.name} model, which "
+            "does not translate; give the workdir of a sequence-to-sequence run"
+        )
     result = Evaluator(run)(state["params"], f.split, max_batches=f.max_batches)
     result = {k: int(round(v)) if k in console.BOOKKEEPING else v for k, v in result.items()}
     rec = run.recurrence
     extra = {"eval_lengths": rec.eval_lengths(run.config)} if rec else {}
     print(json.dumps({"step": step, "split": f.split, **result, **extra}))
+
+
+def _length_edges(text: str) -> tuple[int, ...]:
+    """``--bleu_by_length`` ("0,10,20,30,40") as bucket edges, checked before any restore."""
+    from seqjax.tasks import inputs, text_metrics
+
+    try:
+        edges = tuple(int(e) for e in text.split(","))
+        text_metrics.bleu_by_length([], [], [], edges)
+    except ValueError:
+        raise inputs.InputError(
+            f"--bleu_by_length={text}; valid: comma-separated, strictly increasing word counts "
+            ">= 0, e.g. 0,10,20,30,40"
+        ) from None
+    return edges
 
 
 def cli():
@@ -67,6 +91,10 @@ def cli():
     flags.DEFINE_integer("clamp_len", None, "Transformer-XL: clamp relative distances (-1 off).")
     flags.DEFINE_enum("same_length", None, ["true", "false"], "Transformer-XL: same_length.")
     flags.DEFINE_integer("step", None, "Checkpoint step to evaluate (default: the newest).")
+    flags.DEFINE_string(
+        "bleu_by_length", None,
+        "Translation: also BLEU per source-length bucket, edges in words (e.g. 0,10,20,30,40).",
+    )  # fmt: skip
     from seqjax.train import cli_inputs
 
     flags.DEFINE_multi_string("import", [], cli_inputs.IMPORT_HELP)

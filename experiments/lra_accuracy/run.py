@@ -213,6 +213,8 @@ def _finish(c, mechanism: str, scale: str, tfds_dir: str | None, own_options: bo
     d, m, t = c.data, c.model, c.train
     t.eval_every = 0  # the final test evaluation only
     t.final_eval = True
+    if scale != "smoke":  # the cpu rows load a task's smoke variant: test on the whole split
+        t.test_max_batches = 0
     t.checkpoint_every = 0
     t.async_checkpointing = False
     c.mesh.data = 1
@@ -322,9 +324,14 @@ def write(args, rows, skipped=()) -> dict:
     tasks = None if getattr(args, "default_tasks", True) else args.task_list
     name = result_name(args.scale, args.recipe, tasks)
     old_file = Path(args.out) / f"{name}.json"
+    env = bench.environment()  # each row keeps the date and commit it was measured at
+    rows = [{"date": env["date"][:10], "commit": env["commit"], **r} for r in rows]
     if args.scale != "smoke" and old_file.is_file():
         mine = {(r["task"], r["mechanism"]) for r in rows}
-        kept = [r for r in json.loads(old_file.read_text()).get("rows", [])
+        old = json.loads(old_file.read_text())
+        old_env = old.get("environment") or {}
+        stamp = {"date": str(old_env.get("date", ""))[:10], "commit": old_env.get("commit")}
+        kept = [{**stamp, **r} for r in old.get("rows", [])
                 if (r["task"], r["mechanism"]) not in mine]  # fmt: skip
         rows = kept + list(rows)
     summary = [
@@ -338,6 +345,8 @@ def write(args, rows, skipped=()) -> dict:
             if "not AAN" in r.get("data", "") or r["paper_accuracy"] is None  # Path-X: FAIL
             else round(r["test_accuracy"] / r["paper_accuracy"], 2),
             "noisy": None,  # an accuracy: machine load does not change it
+            "date": r.get("date"),
+            "commit": r.get("commit"),
             **(
                 {"note": "stand-in data (l10n_pairs), not AAN: not comparable to the paper"}
                 if "not AAN" in r.get("data", "")

@@ -25,21 +25,26 @@ from seqjax.models.xlnet import XLNet, XLNetConfig
 
 
 def step_fn(impl: str, t: int):
+    """``impl``: "reference", "blockwise" (dense ``perm_mask``) or "blockwise+ranks" (the
+    order as two rank vectors, ``perm_ranks``: no ``[T, S]`` mask anywhere)."""
+    ranks = impl.endswith("+ranks")
     cfg = XLNetConfig(vocab_size=256, d_model=128, num_layers=1, num_heads=4, d_inner=512,
-                      dropout_rate=0.0, implementation=impl)  # fmt: skip
+                      dropout_rate=0.0, implementation=impl.removesuffix("+ranks"))  # fmt: skip
     model = XLNet(cfg)
     p = max(t // 6, 1)
     rng = np.random.default_rng(0)
     ids = jnp.asarray(rng.integers(0, 256, (1, t)), jnp.int32)
     rank = rng.permutation(t)
     perm = jnp.asarray((rank[None, :] >= rank[:, None])[None])  # may not see later/self
+    rank_1T = jnp.asarray(rank[None], jnp.int32)  # the same: q_rank[i] <= k_rank[j] blocked
     tmap = np.zeros((1, p, t), np.float32)
     tmap[0, np.arange(p), np.argsort(rank)[-p:]] = 1.0
     tmap = jnp.asarray(tmap)
     params = jax.eval_shape(lambda: model.init(jax.random.key(0), ids[:, :8]))["params"]
 
     def loss(params):
-        logits = model.apply({"params": params}, ids, perm_mask_BTT=perm, target_mapping_BPT=tmap)
+        order = {"perm_ranks": (rank_1T, rank_1T)} if ranks else {"perm_mask_BTT": perm}
+        logits = model.apply({"params": params}, ids, target_mapping_BPT=tmap, **order)
         return -jnp.mean(jax.nn.log_softmax(logits)[..., 0])
 
     return jax.jit(jax.value_and_grad(loss)), params, model, ids
@@ -71,17 +76,20 @@ def main():
     ap.add_argument("--budget_mib", type=float, default=1024.0)
     ap.add_argument("--search_max", type=int, default=16384)
     ap.add_argument("--out", default="experiments/xlnet/bench.json")
+    ap.add_argument("--impls", default="reference,blockwise")
+    ap.add_argument("--no_search", action="store_true", help="skip the largest-T search")
     a = ap.parse_args()
+    impls = a.impls.split(",")
     rows = []
     for t in [int(x) for x in a.lengths.split(",")]:
-        for impl in ("reference", "blockwise"):
+        for impl in impls:
             row = {"T": t, "implementation": impl, "peak_mib": peak_mib(impl, t)}
             if t <= a.time_max:
                 row["step_s"] = step_seconds(impl, t)
             print(json.dumps(row), flush=True)
             rows.append(row)
     largest = {}
-    for impl in ("reference", "blockwise"):
+    for impl in () if a.no_search else impls:
         best, t = 0, 512
         while t <= a.search_max and peak_mib(impl, t) <= a.budget_mib:
             best, t = t, t * 2

@@ -139,6 +139,7 @@ def relative_attention(
     implementation="reference",
     block_q=relative_blockwise.BLOCK_Q,
     block_k=relative_blockwise.BLOCK_K,
+    rank_mask=None,
 ):
     """Transformer-XL attention (see module docstring).
 
@@ -159,6 +160,9 @@ def relative_attention(
         accepted here so the options of the mechanism are one set.
       implementation: one of ``IMPLEMENTATIONS``.
       block_q, block_k: block sizes of ``"blockwise"``.
+      rank_mask: ``(q_rank [B, T], k_rank [B, S], self_visible)``: XLNet's permutation as
+        ranks (``relative_blockwise.rank_visible``; the blockwise engine never forms the
+        ``[T, S]`` mask).
 
     Returns:
       ``[B, T, H, D]``.
@@ -176,6 +180,11 @@ def relative_attention(
         )
     check_segment_options(seg_embed, r_s_bias, token_types, b, s, h, d)
     check_attn_mask(attn_mask, b, t, s)
+    if rank_mask is not None and (
+        len(rank_mask) != 3 or rank_mask[0].shape != (b, t) or rank_mask[1].shape != (b, s)
+    ):
+        raise ValueError(f"rank_mask must be (q_rank [B, T], k_rank [B, S], self_visible) with "
+                         f"B, T, S = {b}, {t}, {s}")  # fmt: skip
     if same_length and not causal:
         raise ValueError("same_length=True needs causal=True (a band of past keys)")
     if same_length and mem_len <= 0:
@@ -197,7 +206,7 @@ def relative_attention(
             q, k, v, r=r, r_w_bias=r_w_bias, r_r_bias=r_r_bias, causal=causal, mask=mask,
             segment_ids=segment_ids, attn_mask=attn_mask, seg_embed=seg_embed,
             r_s_bias=r_s_bias, token_types=token_types, same_length=same_length,
-            mem_len=mem_len, scale=scale, block_q=block_q, block_k=block_k,
+            mem_len=mem_len, scale=scale, block_q=block_q, block_k=block_k, rank_mask=rank_mask,
         )  # fmt: skip
     scale = numerics.default_scale(scale, d)
     f32 = jnp.float32
@@ -221,6 +230,12 @@ def relative_attention(
             scores_BHTS = scores_BHTS + jnp.where(differs_B1TS, ef_BHT2[..., 1:], ef_BHT2[..., :1])
     logits_BHTS = scores_BHTS * scale
     valid = masks_lib.dense_mask(b, t, s, causal=causal, mask=mask, segment_ids=segment_ids)
+    if rank_mask is not None:
+        q_rank, k_rank, rank_self = rank_mask
+        vis_BTS = relative_blockwise.rank_visible(
+            q_rank, k_rank, rank_self, jnp.arange(t), jnp.arange(s), s - t
+        )
+        attn_mask = vis_BTS if attn_mask is None else attn_mask & vis_BTS
     if attn_mask is not None:
         am = attn_mask.astype(bool)[:, None]
         valid = am if valid is None else valid & am

@@ -27,7 +27,8 @@ Bidirectional attention (``causal=False``, XLNet: ``r`` has ``S + T - 1`` rows, 
 ``S-1 ... -(T-1)``) uses the same block shift and visits every key block; XLNet's segment
 term adds ``where(differs, ef_diff, ef_same)`` per block from two ``[B, H, T]`` dot products
 (``segment_scores``), and a dense ``attn_mask`` (the permutation) is sliced per
-block.
+block, or, with ``rank_mask``, the permutation is computed per block from two rank vectors
+(``rank_visible``: no ``[T, S]`` mask exists anywhere).
 
 Attention dropout is not implemented here (its random mask could not equal the reference's
 ``[B, H, T, S]`` draw); ``seqjax.attention.relative`` routes dropout to the materialized
@@ -77,6 +78,17 @@ def shift_block(raw_BHqW, bk: int):
     return flat.reshape(*lead, bq, w - 1)[..., :bk]
 
 
+def rank_visible(q_rank_BT, k_rank_BS, self_visible: bool, q_pos_T, k_pos_S, m: int):
+    """XLNet's permutation as "may attend" from ranks (``seqjax.data.xlnet_perm``): query
+    ``i`` sees key ``j`` iff ``q_rank[i] > k_rank[j]`` (memory and non-target keys carry
+    -1: seen by all), or ``j`` is ``i`` itself when ``self_visible`` (the content stream).
+    ``[B, T', S']`` for the query positions ``q_pos_T`` and key positions ``k_pos_S``."""
+    vis = q_rank_BT[:, :, None] > k_rank_BS[:, None, :]
+    if self_visible:
+        vis = vis | (k_pos_S[None, :] == m + q_pos_T[:, None])[None]
+    return vis
+
+
 def segment_scores(q_BTHD, *, seg_embed, r_s_bias, token_types_BS):
     """XLNet's relative segment term (Yang et al. 2019, §2.5), unscaled, ``[B, H, T, S]``
     as ``(same [B, H, T, 1], different [B, H, T, 1], differs [B, 1, T, S])`` pieces."""
@@ -110,6 +122,7 @@ def relative_blockwise_attention(
     scale=None,
     block_q=BLOCK_Q,
     block_k=BLOCK_K,
+    rank_mask=None,
 ):
     """Transformer-XL / XLNet attention, blockwise (see module docstring).
 
@@ -125,6 +138,8 @@ def relative_blockwise_attention(
       same_length, mem_len: every query sees only keys at distance ``< mem_len``.
       scale: logit scale, default ``1/sqrt(D)``.
       block_q, block_k: block sizes (clipped to T and S).
+      rank_mask: ``(q_rank [B, T], k_rank [B, S], self_visible)``, the permutation as
+        ranks (``rank_visible``), computed per block instead of ``attn_mask``.
 
     Returns:
       ``[B, T, H, D]`` in the dtype of ``q``.
@@ -145,6 +160,9 @@ def relative_blockwise_attention(
         )
         tk = numerics.pad_to(token_types, sp)
     am = numerics.pad_to(attn_mask.astype(bool), sp, axis=2) if attn_mask is not None else None
+    if rank_mask is not None:
+        q_rank, k_rank, rank_self = rank_mask
+        krp = numerics.pad_to(k_rank, sp)
 
     qw_BTHD = q + r_w_bias.astype(q.dtype)[None, None]
     qr_BTHD = q + r_r_bias.astype(q.dtype)[None, None]
@@ -200,6 +218,10 @@ def relative_blockwise_attention(
             if am is not None:
                 am_blk = jax.lax.dynamic_slice_in_dim(am[:, i0:i1], j0, bk, axis=2)
                 valid = valid & am_blk[:, None]
+            if rank_mask is not None:
+                kr_blk = jax.lax.dynamic_slice_in_dim(krp, j0, bk, axis=1)
+                vis = rank_visible(q_rank[:, i0:i1], kr_blk, rank_self, q_pos, k_pos, m_len)
+                valid = valid & vis[:, None]
             logits = jnp.where(valid, logits, -jnp.inf)
             # The output does not depend on the running max: no gradient through it.
             m_new = jax.lax.stop_gradient(jnp.maximum(m, logits.max(-1)))

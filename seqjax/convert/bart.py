@@ -62,6 +62,9 @@ def bart_config(hf: dict, max_len: int | None = None) -> EncoderDecoderConfig:
         final_logits_bias=True,
         dropout_rate=hf.get("dropout", HF_DROPOUT),
         attention_dropout_rate=hf.get("attention_dropout", 0.0),
+        # BART's <s> is id 0 (the first token of every input): padding is the folder's (1)
+        pad_id=int(hf.get("pad_token_id", 1)),
+        decoder_start_id=int(hf.get("decoder_start_token_id", 2)),
     )
 
 
@@ -86,10 +89,10 @@ def bart_hf_config(cfg: EncoderDecoderConfig) -> dict:
         "attention_dropout": cfg.attention_dropout_rate,
         "activation_dropout": 0.0,
         "is_encoder_decoder": True,
-        "pad_token_id": 1,
+        "pad_token_id": cfg.pad_id,
         "bos_token_id": 0,
         "eos_token_id": 2,
-        "decoder_start_token_id": 2,
+        "decoder_start_token_id": cfg.decoder_start_id,
         "forced_eos_token_id": 2,
     }
 

@@ -60,6 +60,8 @@ def t5_config(hf: dict, max_len: int | None = None) -> EncoderDecoderConfig:
         rescale_tied_output=hf.get("scale_decoder_outputs", tied),
         dropout_rate=dropout,
         attention_dropout_rate=dropout,
+        pad_id=int(hf.get("pad_token_id", 0) or 0),
+        decoder_start_id=int(hf.get("decoder_start_token_id", 0) or 0),
     )
 
 
@@ -87,9 +89,9 @@ def t5_hf_config(cfg: EncoderDecoderConfig) -> dict:
         "n_positions": cfg.max_source_len,
         "dropout_rate": cfg.dropout_rate,
         "is_encoder_decoder": True,
-        "pad_token_id": 0,
+        "pad_token_id": cfg.pad_id,
         "eos_token_id": 1,
-        "decoder_start_token_id": 0,
+        "decoder_start_token_id": cfg.decoder_start_id,
     }
 
 

@@ -14,7 +14,8 @@ SPM_FILES = ("spiece.model", "sentencepiece.bpe.model", "tokenizer.model")
 
 class HFTokenizer:
     """``encode(text) -> list[int]``, ``decode(ids) -> str``, ``vocab_size`` and the special
-    ids the folder names (``pad_id``, ``mask_id``; None when it has none)."""
+    ids the folder names (``pad_id``, ``mask_id``, ``eos_id``, ``bos_id``; None when it has
+    none; ``tokenizer_config.json``'s ``<name>_token`` first)."""
 
     def __init__(self, path):
         p = Path(path)
@@ -34,7 +35,9 @@ class HFTokenizer:
             self._tok = Tokenizer.from_file(str(p / "tokenizer.json"))
             self.kind = "tokenizers"
             self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
-            ids = {s: self._tok.token_to_id(s) for s in ("[PAD]", "<pad>", "[MASK]", "<mask>")}
+            names = {_name(special.get(f"{k}_token")) for k in ("pad", "mask", "eos", "bos")}
+            names = (names | set(_CANDIDATES)) - {None}
+            ids = {s: self._tok.token_to_id(s) for s in names}
         else:
             spm = [p / f for f in SPM_FILES if (p / f).is_file()]
             if not spm:
@@ -47,17 +50,41 @@ class HFTokenizer:
             self._tok = sentencepiece.SentencePieceProcessor(model_file=str(spm[0]))
             self.kind = "sentencepiece"
             self.vocab_size = self._tok.get_piece_size()
-            ids = {s: self._tok.piece_to_id(s) for s in ("<pad>", "<mask>")}
+            names = {_name(special.get(f"{k}_token")) for k in ("pad", "mask", "eos", "bos")}
+            ids = {s: self._tok.piece_to_id(s) for s in (names | set(_CANDIDATES)) - {None}}
             ids = {s: (i if self._tok.id_to_piece(i) == s else None) for s, i in ids.items()}
             self._around = _special_pieces(p, self._tok)
-        self.pad_id = _first(ids, special.get("pad_token"), "[PAD]", "<pad>")
-        self.mask_id = _first(ids, special.get("mask_token"), "[MASK]", "<mask>")
+            # T5Tokenizer's sentinels past the pieces: <extra_id_0> the last of ``extra_ids``
+            self._extra_ids = int(special.get("extra_ids") or 0)
+        self.pad_id = _first(ids, _name(special.get("pad_token")), "[PAD]", "<pad>")
+        self.mask_id = _first(ids, _name(special.get("mask_token")), "[MASK]", "<mask>")
+        self.eos_id = _first(ids, _name(special.get("eos_token")), "</s>")
+        self.bos_id = _first(ids, _name(special.get("bos_token")), "<s>")
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, special: bool = True) -> list[int]:
+        """The ids of ``text``; ``special``: with the special tokens the tokenizer puts
+        around a text (BERT's ``[CLS] ... [SEP]``, T5's ``</s>``)."""
+        return self.encode_batch([text], special)[0]
+
+    def encode_batch(self, texts, special: bool = True) -> list[list[int]]:
+        """``encode`` of each text, in one call of the tokenizer's batch encoding."""
+        texts = list(texts)
         if self.kind == "tokenizers":  # its post-processor adds the special tokens
-            return list(self._tok.encode(text).ids)
-        before, after = self._around
-        return [*before, *self._tok.encode(text), *after]
+            out = self._tok.encode_batch(texts, add_special_tokens=special)
+            return [list(e.ids) for e in out]
+        before, after = self._around if special else ([], [])
+        return [[*before, *ids, *after] for ids in self._tok.encode(texts)]
+
+    def sentinel_ids(self, count: int) -> list[int] | None:
+        """The ids of T5's sentinels ``<extra_id_0>`` .. ``<extra_id_{count-1}>`` (Raffel et
+        al. 2020, §3.1.4), as the tokenizer numbers them; None when it lacks one."""
+        if self.kind == "tokenizers":
+            ids = [self._tok.token_to_id(f"<extra_id_{i}>") for i in range(count)]
+            return None if any(i is None for i in ids) else ids
+        if count > self._extra_ids:
+            return None
+        top = self.vocab_size + self._extra_ids - 1
+        return [top - i for i in range(count)]
 
     def decode(self, ids) -> str:
         return self._tok.decode([int(i) for i in ids])
@@ -80,6 +107,16 @@ def _special_pieces(folder: Path, spm) -> tuple[list[int], list[int]]:
         return [i for piece, i in found if spm.id_to_piece(i) == piece]
 
     return ids(arch.spm_prefix), ids(arch.spm_suffix)
+
+
+_CANDIDATES = ("[PAD]", "<pad>", "[MASK]", "<mask>", "</s>", "<s>")
+
+
+def _name(token):
+    """A ``tokenizer_config.json`` special token: a string or ``{"content": ...}``."""
+    if isinstance(token, dict):
+        token = token.get("content")
+    return token if isinstance(token, str) else None
 
 
 def _first(ids: dict, preferred, *names):

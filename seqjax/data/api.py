@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from seqjax.data import packing, pipeline, registry
+from seqjax.data import packing, pipeline, registry, token_chars
 from seqjax.data.sources import DataError
 from seqjax.data.validation import config_problems
 
@@ -129,14 +129,23 @@ def make(cfg, *, split: str, process_index: int = 0, process_count: int = 1, tra
       seq2seq `{'inputs': int32[b, S], 'targets': int32[b, T], 'weights': float32[b, T]}`
       (see `seq2seq.py`).
       It has `get_state() -> dict` and `set_state(dict)`, and `num_steps` (None when endless).
+      With `config.data.token_chars = L` > 0 every batch also has `token_chars` int32
+      `[b, T, L]`, the characters of each input token (`seqjax.data.token_chars`).
     """
+    it = _make(cfg, split=split, process_index=process_index, process_count=process_count,
+               train=train)  # fmt: skip
+    return token_chars.wrap(it, cfg, info(cfg)) if cfg.get(token_chars.FIELD) else it
+
+
+def _make(cfg, *, split: str, process_index: int, process_count: int, train: bool):
+    """`make` without the characters of the tokens (objectives and packing build on it)."""
     _check(cfg)
     where = dict(process_index=process_index, process_count=process_count, train=train)
     objective = cfg.get("objective")
     if objective:
-        return registry.objective(objective).make(cfg, split, *where.values(), make, info)
+        return registry.objective(objective).make(cfg, split, *where.values(), _make, info)
     if cfg.get("packing"):  # seqjax.data.packing
-        return packing.make(cfg, split, *where.values(), make)
+        return packing.make(cfg, split, *where.values(), _make)
     if split not in SPLITS:
         raise ValueError(f"split={split!r} is invalid; valid: {', '.join(SPLITS)}.")
     if not 0 <= process_index < process_count:

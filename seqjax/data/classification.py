@@ -267,6 +267,12 @@ def encoded_path(vocab, split: str, key=None) -> str:
     return f"{stem}.{split}-v{SeqjaxImdbBytes.VERSION}-{vocab.fingerprint[:12]}.npz"
 
 
+def hf_pad_id(vocab) -> int:
+    """The padding of reviews in a Hugging Face tokenizer's ids: its pad id (RoBERTa's 1,
+    BERT's 0), 0 when it names none."""
+    return 0 if vocab.pad_id is None else int(vocab.pad_id)
+
+
 def _vocab_of(model_file: str):
     """A SentencePiece model file, or `hf:<folder>` (a Hugging Face tokenizer)."""
     if hf_vocab.is_hf(model_file):
@@ -357,14 +363,10 @@ def _info(cfg) -> dict:
         vocab = imdb_vocab(cfg, key)
         vocab_size, enc, dec = vocab.size, vocab.encode, vocab.decode
         fields.update(subword.spm_fields(vocab))
-    elif hf_vocab.is_hf(cfg.vocab):  # a warm start's tokenizer (padding must be id 0)
+    elif hf_vocab.is_hf(cfg.vocab):  # a warm start's tokenizer, padded with its pad id
         vocab = _vocab_of(cfg.vocab)
-        if vocab.pad_id not in (0, None):
-            raise sources.DataError(
-                f"config.data.vocab={cfg.vocab!r}: its tokenizer pads with id {vocab.pad_id}, "
-                "but imdb_bytes pads with id 0; use a checkpoint whose pad id is 0 (BERT)"
-            )
         vocab_size, enc, dec = vocab.size, vocab.encode, vocab.decode
+        fields.update(pad_id=hf_pad_id(vocab))
     else:  # bytes + 1 (257 ids)
         vocab_size, enc, dec = 257, imdb_encode, imdb_decode
     return dict(
@@ -372,7 +374,7 @@ def _info(cfg) -> dict:
         vocab_size=vocab_size,
         seq_len=max_len(cfg),
         num_classes=listops.NUM_CLASSES if cfg.name == "listops" else 2,
-        pad_id=0,
+        pad_id=fields.pop("pad_id", 0),
         split_sizes={
             s: splits[_tfds_split(cfg, s)].num_examples for s in ("train", "validation", "test")
         },
@@ -395,13 +397,14 @@ def _make(cfg, split: str, train: bool, layout: tuple):
         load_reviews(key, tfds_split, vocab.path)  # encoded here, once
         src, offset = SubwordSource(key, tfds_split, vocab.path), 0
         spec.update(vocab=f"sentencepiece_{subword.options_of(cfg).tag}")
-    elif hf_vocab.is_hf(cfg.vocab):  # a Hugging Face tokenizer, likewise
+    pad = 0
+    if hf_vocab.is_hf(cfg.vocab):  # a Hugging Face tokenizer, likewise (its pad id)
         vocab = _vocab_of(cfg.vocab)
         load_reviews(key, tfds_split, cfg.vocab)
-        src, offset = SubwordSource(key, tfds_split, cfg.vocab), 0
+        src, offset, pad = SubwordSource(key, tfds_split, cfg.vocab), 0, hf_pad_id(vocab)
         spec.update(vocab=vocab.tag)
     maker = pipeline.Classification(
-        src, n, length, offset, int(cfg.seed) if train else None, *layout
+        src, n, length, offset, int(cfg.seed) if train else None, *layout, pad_id=pad
     )
     num_steps = None if train else -(-n // layout[0])
     spec.update(max_len=length, fingerprint=store.metadata(key)["fingerprint"])

@@ -165,6 +165,10 @@ def default_config() -> ml_collections.ConfigDict:
     c.packing_align = 1
     # packing a classification set: examples (labels) per row at most (targets [B, K]).
     c.max_examples_per_row = 8
+    # Characters of each input token in every batch (`seqjax.data.token_chars`: `token_chars`
+    # [B, T, L], ELMo's byte vocabulary with begin/end-of-word marks; 0 = off). A model family
+    # that reads them (ELMo, L = 50) fills this in (`seqjax.models.registry.Family.token_chars`).
+    c.token_chars = 0
     for field, default in _registered_fields().items():  # DataSet.fields of imported plug-ins
         if field not in c:
             c[field] = default

@@ -9,7 +9,10 @@ the checkpoint's token table (``config.json``'s ``vocab_size``: GPT-2 50257, T5 
 32100 pieces), so the model built from the data has the checkpoint's output layer.
 
 LM corpora are tokenized a line at a time (newlines kept), the reviews of ``imdb_bytes`` one
-review at a time.
+review at a time (both in batches of the tokenizer's batch encoding). Sequence-to-sequence
+data (translation, span corruption: ``seqjax.data.seq2seq``) read the texts without the
+special tokens and append the tokenizer's own ``eos_id``, as ``T5Tokenizer`` does; their
+padding is its ``pad_id``, span corruption's sentinels its ``<extra_id_N>`` tokens.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import numpy as np
 
 PREFIX = "hf:"
 KIND = "hf"
+_CHUNK = 4096  # texts per call of the tokenizer's batch encoding
 
 
 def is_hf(vocab) -> bool:
@@ -94,6 +98,19 @@ class HFVocab:
     def mask_id(self):
         return self.tokenizer.mask_id
 
+    @property
+    def eos_id(self):
+        return self.tokenizer.eos_id
+
+    @property
+    def bos_id(self):
+        return self.tokenizer.bos_id
+
+    def sentinel_ids(self, count: int) -> list[int] | None:
+        """T5's ``<extra_id_0..count-1>`` ids as the tokenizer numbers them (None: it lacks
+        one)."""
+        return self.tokenizer.sentinel_ids(count)
+
     @functools.cached_property
     def fingerprint(self) -> str:
         """sha256 of the tokenizer's files (a changed tokenizer re-encodes cached splits)."""
@@ -110,9 +127,13 @@ class HFVocab:
     def tag(self) -> str:
         return f"hf_{self.fingerprint[:12]}"
 
-    def encode_many(self, texts) -> list[list[int]]:
-        """Token ids of each text (with the tokenizer's special tokens)."""
-        return [self.tokenizer.encode(t) for t in texts]
+    def encode_many(self, texts, special: bool = True) -> list[list[int]]:
+        """Token ids of each text (``special``: with the tokenizer's special tokens), in
+        chunks of the tokenizer's batch encoding."""
+        texts, out = list(texts), []
+        for i in range(0, len(texts), _CHUNK):
+            out += self.tokenizer.encode_batch(texts[i : i + _CHUNK], special)
+        return out
 
     def ids_from_bytes(self, data) -> np.ndarray:
         """An LM split's bytes -> token ids ``[n]``, a line at a time (UTF-8; invalid bytes
@@ -121,9 +142,9 @@ class HFVocab:
         ids = [i for piece in self.encode_many(text.splitlines(keepends=True)) for i in piece]
         return np.asarray(ids, dtype=self.dtype)
 
-    def encode(self, text: str) -> np.ndarray:
-        """str -> int32 ids ``[n]``."""
-        return np.asarray(self.tokenizer.encode(text), np.int32)
+    def encode(self, text: str, special: bool = True) -> np.ndarray:
+        """str -> int32 ids ``[n]`` (``special``: with the tokenizer's special tokens)."""
+        return np.asarray(self.tokenizer.encode(text, special), np.int32)
 
     def decode(self, ids) -> str:
         return self.tokenizer.decode([int(i) for i in np.asarray(ids).reshape(-1)])

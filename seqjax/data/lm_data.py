@@ -117,14 +117,17 @@ def corpus_make(cfg, split: str, train: bool, layout: tuple):
     )
     if cfg.lm_batching == "stream":
         L = pipeline.LMStreams.stream_len(n, B, train)
+        stride = int(cfg.get("stream_stride") or T)  # XLNet's memory: plm_reuse_len
+        if stride != T:
+            spec["stream_stride"] = stride
         if (L // T if train else L) < 1:
             raise DataError(
                 f"{what(cfg)}/{split} has {n:,} tokens: too few for {B} streams of at "
                 f"least seq_len={T} tokens; lower config.data.batch_size or seq_len."
             )
         return (
-            pipeline.LMStreams(tokens, T, train, *layout),
-            None if train else math.ceil(L / T),
+            pipeline.LMStreams(tokens, T, train, *layout, stride=stride),
+            None if train else pipeline.LMStreams.num_windows(L, T, stride, False),
             spec,
         )
     if train:

@@ -45,10 +45,13 @@ from seqjax.data import packing, pipeline, registry, span_corruption
 OBJECTIVES = ("", "mlm", "span_corruption")
 OBJECTIVES += ("lm",)  # causal LM over the example texts of imdb_bytes/listops (packing.py)
 OBJECTIVES += ("plm",)  # XLNet's permutation LM over corpus windows (plm.py)
+OBJECTIVES += ("bilm",)  # ELMo's forward and backward LMs (bilm.py)
 OBJECTIVES += ("denoising",)  # BART's noises over corpus documents (bart_noise.py)
 OBJECTIVES += ("sop",)  # ALBERT's sentence order + n-gram masking over corpus windows (sop.py)
+# Registered objectives that make the masked-LM batches too (checked like 'mlm').
+MASKED_LM_READERS = ("distill",)  # seqjax.data.distill_data
 # The task (seqjax.tasks) whose batches each objective makes.
-TASK_OF = {"mlm": "mlm", "span_corruption": "seq2seq", "lm": "lm", "plm": "plm"}
+TASK_OF = {"mlm": "mlm", "span_corruption": "seq2seq", "lm": "lm", "plm": "plm", "bilm": "bilm"}
 TASK_OF["denoising"] = "seq2seq"
 TASK_OF["sop"] = "mlm_pair"
 
@@ -183,14 +186,20 @@ def mlm_problems(cfg) -> list[tuple[str, object, str]]:
     """Invalid ``config.data`` fields of the objectives as ``(field, value, valid)``."""
     problems = []
     objective = cfg.get("objective") or ""
-    if objective not in OBJECTIVES:
+    masked = objective == "mlm" or objective in MASKED_LM_READERS
+    if objective not in OBJECTIVES and registry.objective(objective) is None:
         problems.append(("objective", objective, "'' (the data set's own task), 'mlm', "
-                         "'span_corruption', 'lm', 'plm', 'denoising' or 'sop'"))  # fmt: skip
+                         "'span_corruption', 'lm', 'plm', 'bilm', 'denoising' or "
+                         "'sop'"))  # fmt: skip
     if objective == "lm" and cfg.get("name") not in _example_texts():
         problems.append(("objective", objective, "'' for this data set (an LM corpus is the "
                          "LM task already); 'lm' reads the example texts of "
                          f"{' or '.join(_example_texts())}, one document per example"))  # fmt: skip
-    if objective == "mlm":
+    texts = _corpora() + _example_texts()
+    if objective == "bilm" and cfg.get("name") not in texts:
+        problems.append(("objective", objective, "'' for this data set; 'bilm' reads a corpus "
+                         f"or example texts ({', '.join(texts)})"))  # fmt: skip
+    if masked:
         p = cfg.get("mlm_probability")
         if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0 < p < 1:
             problems.append(("mlm_probability", p, "a number 0 < p < 1 (BERT: 0.15)"))
@@ -205,11 +214,12 @@ def mlm_problems(cfg) -> list[tuple[str, object, str]]:
         if cfg.get("name") in registry.names() and cfg.get("name") not in texts:
             problems.append(("objective", objective, "'' for this data set; 'mlm' needs a "
                              f"text data set ({', '.join(texts)})"))  # fmt: skip
-    if objective != "mlm" and cfg.get("mlm_whole_word", False) not in (False, None):
+    if not masked and cfg.get("mlm_whole_word", False) not in (False, None):
         problems.append(("mlm_whole_word", cfg.get("mlm_whole_word"), "False unless "
                          "objective='mlm'"))  # fmt: skip
-    if objective and cfg.get("lm_batching") == "stream":
-        problems.append(("lm_batching", "stream", f"'random' with objective={objective!r}"))
+    if objective not in ("", None, "plm") and cfg.get("lm_batching") == "stream":
+        problems.append(("lm_batching", "stream", f"'random' with objective={objective!r} "
+                         "(streams serve 'plm' with model.kind='xlnet')"))  # fmt: skip
     if objective == "span_corruption":
         problems += span_corruption.problems(cfg)
     if objective == "plm":

@@ -174,8 +174,9 @@ class PairExamples:
         from seqjax.data import seq2seq
 
         src, tgt, _ = self.data()
-        return [(({"inputs": seq2seq._row(src.row(j), self.S)},
-                  {"targets": seq2seq._row(tgt.row(j), self.T)}), None)
+        eos = self.data.eos_id
+        return [(({"inputs": seq2seq._row(src.row(j), self.S, eos)},
+                  {"targets": seq2seq._row(tgt.row(j), self.T, eos)}), None)
                 for j in self._index(ids).tolist()]  # fmt: skip
 
 

@@ -116,22 +116,32 @@ class LMStreams(_Maker):
     is counted once.
     """
 
-    def __init__(self, tokens: Callable[[], np.ndarray], seq_len: int, train: bool, *args):
+    def __init__(self, tokens: Callable[[], np.ndarray], seq_len: int, train: bool, *args,
+                 stride: int | None = None):  # fmt: skip
         super().__init__(*args)
         self.tokens, self.seq_len, self.train = tokens, seq_len, train
+        self.stride = int(stride or seq_len)  # XLNet's memory: reuse_len (seqjax.data.plm)
 
     @staticmethod
     def stream_len(n: int, global_batch: int, train: bool) -> int:
         return (n - 1) // global_batch if train else math.ceil((n - 1) / global_batch)
 
+    @staticmethod
+    def num_windows(L: int, T: int, stride: int, train: bool) -> int:
+        """Windows of ``T`` every ``stride`` tokens in a stream of ``L``: training those that
+        fit (``L // T`` when ``stride = T``), evaluation enough to reach its end."""
+        if train:
+            return (L - T) // stride + 1 if L >= T else 0
+        return max(math.ceil((L - T) / stride), 0) + 1
+
     def __call__(self, step):
         tokens = self.tokens()
-        n, T = len(tokens), self.seq_len
+        n, T, S = len(tokens), self.seq_len, self.stride
         L = self.stream_len(n, self.global_batch, self.train)
         if self.train:
-            step = step % (L // T)
+            step = step % self.num_windows(L, T, S, True)
         g = self.process_index * self.batch + np.arange(self.batch)  # this process's streams
-        pos = step * T + np.arange(T + 1)  # positions within a stream
+        pos = step * S + np.arange(T + 1)  # positions within a stream
         idx = g[:, None] * L + pos
         valid = (pos[1:] <= L)[None, :] & (idx[:, 1:] < n)  # input pos < L and target < n
         return _lm_batch(tokens, np.minimum(idx, n - 1), None if self.train else valid)
@@ -179,10 +189,11 @@ class Classification(_Maker):
     the rest of the last batch with zero weight.
     """
 
-    def __init__(self, source, size: int, max_len: int, offset: int, seed, *args):
+    def __init__(self, source, size: int, max_len: int, offset: int, seed, *args, pad_id=0):
         super().__init__(*args)
         self.source, self.size, self.max_len = source, size, max_len
         self.offset, self.seed = offset, seed  # seed None: evaluation order
+        self.pad_id = int(pad_id)  # a warm start's tokenizer's (RoBERTa: 1), else 0
         self._perm: dict[int, np.ndarray] = {}
 
     def _permutation(self, epoch: int) -> np.ndarray:
@@ -201,13 +212,13 @@ class Classification(_Maker):
             live = np.ones(len(g), bool)
             index = np.array([self._permutation(e)[i] for e, i in zip(*np.divmod(g, self.size))])
         examples = self.source().__getitems__([int(i) for i in index])
-        inputs = np.zeros((len(g), self.max_len), np.int32)
+        inputs = np.full((len(g), self.max_len), self.pad_id, np.int32)
         for r, ex in enumerate(examples):
             t = np.asarray(ex["tokens"][: self.max_len], dtype=np.int32)
             inputs[r, : len(t)] = t + self.offset  # IMDB: byte + 1, 0 = padding (LRA)
         labels = np.array([int(ex["label"]) for ex in examples], np.int32)
         return {
-            "inputs": inputs * live[:, None],
+            "inputs": np.where(live[:, None], inputs, self.pad_id).astype(np.int32),
             "targets": labels * live,
             "weights": live.astype(np.float32),
         }

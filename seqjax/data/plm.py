@@ -7,7 +7,9 @@ partial-prediction targets (``seqjax.data.xlnet_perm``).
 Batches (task ``plm``, ``seqjax.tasks.plm``): ``inputs`` the original tokens (the content
 stream: no ``<mask>`` overwrites them), ``perm_mask`` bool ``[B, T, T]``,
 ``target_mapping`` ``[B, P, T]``, ``targets`` ``[B, P]`` and ``weights`` ``[B, P]``
-(``P = data.plm_num_predict``).
+(``P = data.plm_num_predict``). With ``data.plm_ranks = True`` the order travels as
+``q_rank``/``k_rank`` int32 ``[B, T]`` instead of ``perm_mask`` (``perm_mask[i, j] ==
+q_rank[i] <= k_rank[j]``; the blockwise engine then forms no ``[T, S]`` mask).
 
 Options (``config.data``): ``plm_num_predict`` (default ``seq_len // 6``: XLNet's K = 6),
 ``plm_reuse_len`` (default ``seq_len // 2``), ``plm_perm_size`` (default ``plm_reuse_len``),
@@ -74,6 +76,8 @@ def problems(cfg) -> list[tuple[str, object, str]]:
                     "<= plm_reuse_len and <= seq_len - plm_reuse_len"))  # fmt: skip
     if not 2 <= o["num_predict"] <= t // 2:
         out.append(("plm_num_predict", o["num_predict"], f"an integer in [2, seq_len/2={t // 2}]"))
+    if cfg.get("plm_ranks", False) not in (True, False):
+        out.append(("plm_ranks", cfg.get("plm_ranks"), "True or False"))
     if o["mask_alpha"] < o["mask_beta"] or o["mask_beta"] < 1:
         out.append(("plm_mask_alpha", o["mask_alpha"], "an integer >= plm_mask_beta >= 1"))
     return out
@@ -86,11 +90,13 @@ def _divides(p: int, *lengths: int) -> bool:
 class PermutationLM:
     """Wraps an LM window maker: each row gets an order and targets (module docstring)."""
 
-    def __init__(self, base, *, seed: int, stream: int, num_tokens: int, opts: dict, texts=False):
+    def __init__(self, base, *, seed: int, stream: int, num_tokens: int, opts: dict, texts=False,
+                 ranks=False):  # fmt: skip
         self.base, self.seed, self.stream, self.num_tokens, self.opts = (
             base, seed, stream, num_tokens, opts,
         )  # fmt: skip
         self.texts = texts  # padded example texts: targets among the real tokens only
+        self.ranks = ranks  # the order as q_rank/k_rank [B, T] instead of perm_mask [B, T, T]
 
     def __call__(self, step: int) -> dict[str, np.ndarray]:
         batch = self.base(step)
@@ -117,16 +123,19 @@ class PermutationLM:
             )
             out.append(xlnet_perm.permutation_example(
                 tokens_T, np.concatenate([m0, m1]), rng, reuse_len=r, perm_size=o["perm_size"],
-                num_predict=o["num_predict"], functional_ids=(),
+                num_predict=o["num_predict"], functional_ids=(), dense_mask=not self.ranks,
             ))  # fmt: skip
         ex = {k: np.stack([e[k] for e in out]) for k in out[0]}
         weights = ex["target_weight"]
         if self.num_tokens:  # evaluation windows: targets past the split's end weigh 0
             pos_bP = ex["target_mapping"].argmax(-1)
             weights = weights * (rows_b[:, None] * t + pos_bP + 1 < self.num_tokens)
+        order = {"perm_mask": ex["perm_mask"].astype(bool)} if not self.ranks else {
+            "q_rank": ex["q_rank"].astype(np.int32), "k_rank": ex["k_rank"].astype(np.int32),
+        }  # fmt: skip
         return {
             "inputs": tokens_bT.astype(np.int32),
-            "perm_mask": ex["perm_mask"].astype(bool),
+            **order,
             "target_mapping": ex["target_mapping"].astype(np.float32),
             "targets": ex["target"].astype(np.int32),
             "weights": weights.astype(np.float32),
@@ -137,14 +146,20 @@ def make_plm(cfg, split, process_index, process_count, train, base_make, base_in
     """The corpus windows with XLNet's permutation inputs (``api.make`` with objective
     'plm')."""
     base_cfg = packing.base_data(cfg)
+    if cfg.get("lm_batching") == "stream":  # model.kind='xlnet': the memory's reuse_len halves
+        with base_cfg.unlocked():
+            base_cfg.stream_stride = options(cfg)["reuse_len"]
     base = packing.base_iterator(base_cfg, split, process_index, process_count, train, base_make)
     maker = base.maker
     n = len(maker.tokens()) if isinstance(maker, pipeline.LMEvalWindows) else 0
     stream = 0 if train else 1 + ("train", "validation", "test").index(split)
     opts = options(cfg)
+    ranks = bool(cfg.get("plm_ranks", False))
     wrapped = PermutationLM(maker, seed=int(cfg.seed), stream=stream, num_tokens=n, opts=opts,
-                            texts=is_texts(cfg))  # fmt: skip
+                            texts=is_texts(cfg), ranks=ranks)  # fmt: skip
     spec = {**base.spec, "objective": "plm", **{f"plm_{k}": v for k, v in opts.items()}}
+    if ranks:
+        spec["plm_ranks"] = True
     return pipeline.DataIterator(
         wrapped, base.num_steps, spec, num_workers=int(cfg.num_workers),
         prefetch=int(cfg.prefetch),

@@ -7,10 +7,13 @@ S = `config.data.max_source_len` and T = `max_target_len`:
      'targets': int32[b, T]   target ids + EOS, 0-padded (a decoder reads them shifted right),
      'weights': float32[b, T] 1 on real target tokens (EOS included), 0 on padding}
 
-Ids: 0 pad, 1 unk, 2 BOS, 3 EOS (`subword.py`). Lengths (the choice of Flax's WMT example):
-training drops pairs whose source or target (+ EOS) exceed S or T (the count is logged);
-evaluation keeps every pair, cutting a long one to its first S-1 (T-1) ids + EOS, so losses cover
-the whole split, and BLEU is computed against the untruncated `references(cfg, split)`.
+Ids: 0 pad, 1 unk, 2 BOS, 3 EOS (`subword.py`); with `config.data.vocab='hf:<folder>'` (a
+warm start's tokenizer, `hf_vocab.py`) the tokenizer's own pad and EOS ids (T5: 0 and 1),
+the texts encoded without its special tokens and its EOS appended, as `T5Tokenizer` does.
+Lengths (the choice of Flax's WMT example): training drops pairs whose source or target
+(+ EOS) exceed S or T (the count is logged); evaluation keeps every pair, cutting a long one
+to its first S-1 (T-1) ids + EOS, so losses cover the whole split, and BLEU is computed
+against the untruncated `references(cfg, split)`.
 
 Row order is the grain layout of `pipeline.py`: training reads example `perm_e[g mod N]` of the
 kept examples for global row g (epoch `e = g // N`, seeded permutation per epoch); evaluation
@@ -26,7 +29,7 @@ import math
 
 import numpy as np
 
-from seqjax.data import registry, store, subword, translation, wmt14
+from seqjax.data import hf_vocab, registry, store, subword, translation, wmt14
 from seqjax.data.pipeline import _Maker, hash_u64
 from seqjax.data.subword import EOS_ID, SpmOptions
 
@@ -49,8 +52,11 @@ def texts(key: store.DatasetKey, split: str) -> tuple[tuple[str, ...], tuple[str
     )
 
 
-def vocab(key: store.DatasetKey, opts: SpmOptions) -> subword.SentencePieceVocab:
-    """The joint source+target SentencePiece model of the training split (trained once)."""
+def vocab(key: store.DatasetKey, opts: SpmOptions | str):
+    """The joint source+target SentencePiece model of the training split (trained once), or
+    the Hugging Face tokenizer of ``opts = "hf:<folder>"``."""
+    if hf_vocab.is_hf(opts):
+        return hf_vocab.HFVocab(opts[len(hf_vocab.PREFIX) :])
     fingerprint = store.metadata(key)["fingerprint"]
     path = subword.model_path(key.data_dir, key.tfds_name, key.config_name, fingerprint, opts)
 
@@ -78,10 +84,31 @@ class Ragged:
 
 @functools.lru_cache(maxsize=6)
 def encoded(key: store.DatasetKey, split: str, opts: SpmOptions) -> tuple[Ragged, Ragged]:
-    """`(sources, targets)` of a split as SentencePiece ids (no EOS), cached per process."""
+    """`(sources, targets)` of a split as token ids (no EOS), cached per process."""
     v = vocab(key, opts)
     s, t = texts(key, split)
-    return Ragged(v.encode_many(s)), Ragged(v.encode_many(t))
+    return Ragged(_plain_ids(v, s)), Ragged(_plain_ids(v, t))
+
+
+def _plain_ids(v, texts) -> list[list[int]]:
+    """Token ids of each text without a tokenizer's special tokens (EOS is appended later)."""
+    if isinstance(v, hf_vocab.HFVocab):
+        return v.encode_many(texts, special=False)
+    return v.encode_many(texts)
+
+
+def special_ids(v) -> tuple[int, int | None, int]:
+    """`(pad, bos, eos)` of a vocabulary: seqjax's SentencePiece 0, 2, 3, or a Hugging Face
+    tokenizer's own (one sentence when it has no pad or EOS token)."""
+    if not isinstance(v, hf_vocab.HFVocab):
+        return subword.PAD_ID, subword.BOS_ID, EOS_ID
+    for name, value in (("pad", v.pad_id), ("eos", v.eos_id)):
+        if value is None:
+            raise store.sources.DataError(
+                f"config.data.vocab='hf:{v.path}': its tokenizer has no {name} token, which "
+                f"sequence-to-sequence data need (set {name}_token in tokenizer_config.json)"
+            )
+    return int(v.pad_id), v.bos_id, int(v.eos_id)
 
 
 @functools.lru_cache(maxsize=6)
@@ -96,8 +123,9 @@ def kept(key: store.DatasetKey, opts: SpmOptions, S: int, T: int) -> np.ndarray:
 class _Encoded:
     """Picklable lazy handle on a split's encoded pairs (and, for training, the kept indices)."""
 
-    def __init__(self, key, split: str, opts: SpmOptions, S: int, T: int, train: bool):
+    def __init__(self, key, split: str, opts, S: int, T: int, train: bool, eos_id=EOS_ID):
         self.key, self.split, self.opts, self.S, self.T, self.train = key, split, opts, S, T, train
+        self.eos_id = int(eos_id)
 
     def __call__(self):
         src, tgt = encoded(self.key, self.split, self.opts)
@@ -105,17 +133,17 @@ class _Encoded:
         return src, tgt, index
 
 
-def _row(ids: np.ndarray, length: int) -> np.ndarray:
+def _row(ids: np.ndarray, length: int, eos_id: int = EOS_ID) -> np.ndarray:
     """ids cut to `length - 1`, then EOS."""
-    return np.append(ids[: length - 1], EOS_ID)
+    return np.append(ids[: length - 1], eos_id)
 
 
 class Translation(_Maker):
     """Translation batches (see the module docstring)."""
 
-    def __init__(self, data: _Encoded, size: int, S: int, T: int, seed, *args):
+    def __init__(self, data: _Encoded, size: int, S: int, T: int, seed, *args, pad_id=0):
         super().__init__(*args)
-        self.data, self.size, self.S, self.T = data, size, S, T
+        self.data, self.size, self.S, self.T, self.pad_id = data, size, S, T, int(pad_id)
         self.seed = seed  # None: evaluation order
         self._perm: dict[int, np.ndarray] = {}
 
@@ -137,16 +165,17 @@ class Translation(_Maker):
             rows = np.array(
                 [index[self._permutation(e)[i]] for e, i in zip(*np.divmod(g, self.size))]
             )
-        inputs = np.zeros((len(g), self.S), np.int32)
-        targets = np.zeros((len(g), self.T), np.int32)
+        inputs = np.full((len(g), self.S), self.pad_id, np.int32)
+        targets = np.full((len(g), self.T), self.pad_id, np.int32)
+        eos = self.data.eos_id
         for r, (i, ok) in enumerate(zip(rows, live)):
             if ok:
-                s, t = _row(src.row(i), self.S), _row(tgt.row(i), self.T)
+                s, t = _row(src.row(i), self.S, eos), _row(tgt.row(i), self.T, eos)
                 inputs[r, : len(s)], targets[r, : len(t)] = s, t
         return {
             "inputs": inputs,
             "targets": targets,
-            "weights": (targets != 0).astype(np.float32),
+            "weights": (targets != self.pad_id).astype(np.float32),
         }
 
 
@@ -204,7 +233,10 @@ def log_filtered(name: str, total: int, n_kept: int, S: int, T: int) -> None:
 # ------------------------------------------------------------------- what api.info/make call
 
 
-def options(cfg) -> SpmOptions:
+def options(cfg) -> SpmOptions | str:
+    """The vocabulary's identity: SentencePiece options, or ``"hf:<folder>"``."""
+    if hf_vocab.is_hf(cfg.vocab):
+        return str(cfg.vocab)
     return subword.options_of(cfg)
 
 
@@ -235,6 +267,7 @@ def info_fields(cfg) -> dict:
     key = store.dataset_key(cfg)
     meta = store.metadata(key)
     v = vocab(key, options(cfg))
+    pad, bos, eos = special_ids(v)
     sizes = {s: len(texts(key, s)[0]) for s in ("train", "validation", "test")}
     for split in ("train", "validation", "test"):
         if not sizes[split]:
@@ -242,18 +275,30 @@ def info_fields(cfg) -> dict:
                 f"{cfg.name}: the {split} split is empty; raise config.data.heldout_fraction or "
                 "use a larger file."
             )
+    hf = isinstance(v, hf_vocab.HFVocab)
     return dict(
         common,
+        pad_id=pad,
+        bos_id=bos,
+        eos_id=eos,
         vocab_size=v.size,
         fingerprint=meta["fingerprint"],
         split_sizes=sizes,
-        encode=v.encode,
-        decode=v.decode,
-        vocab_file=v.path,
+        encode=functools.partial(v.encode, special=False) if hf else v.encode,
+        decode=functools.partial(decode_until_eos, v, pad, eos) if hf else v.decode,
+        vocab_file=None if hf else v.path,
         vocab_fingerprint=v.fingerprint,
         source_lang=meta.get("source_lang"),
         target_lang=meta.get("target_lang"),
     )
+
+
+def decode_until_eos(v, pad: int, eos: int, ids) -> str:
+    """A Hugging Face tokenizer's text of ``ids`` up to the first EOS, padding dropped."""
+    ids = [int(i) for i in np.asarray(ids).reshape(-1)]
+    if eos in ids:
+        ids = ids[: ids.index(eos)]
+    return v.decode(np.array([i for i in ids if i != pad], np.int32))
 
 
 def _decode_symbols(ids) -> str:
@@ -284,6 +329,8 @@ def maker(cfg, split: str, train: bool, layout: tuple) -> tuple[_Maker, int | No
         return m, None if train else math.ceil(size / B), spec
     key = store.dataset_key(cfg)
     opts = options(cfg)
+    v = vocab(key, opts)
+    pad, _, eos = special_ids(v)
     src, _ = encoded(key, split, opts)
     if train:
         size = len(kept(key, opts, S, T))
@@ -296,17 +343,18 @@ def maker(cfg, split: str, train: bool, layout: tuple) -> tuple[_Maker, int | No
     else:
         size = len(src)
     m = Translation(
-        _Encoded(key, split, opts, S, T, train),
+        _Encoded(key, split, opts, S, T, train, eos),
         size,
         S,
         T,
         int(cfg.seed) if train else None,
         *layout,
+        pad_id=pad,
     )
     spec.update(
         fingerprint=store.metadata(key)["fingerprint"],
-        vocab=opts.tag,
-        vocab_fingerprint=vocab(key, opts).fingerprint,
+        vocab=v.tag if isinstance(v, hf_vocab.HFVocab) else opts.tag,
+        vocab_fingerprint=v.fingerprint,
     )
     return m, None if train else math.ceil(size / B), spec
 
@@ -360,7 +408,7 @@ _TRANSLATION = dict(
     task="seq2seq",
     info=info_fields,
     make=maker,
-    vocabs=("sentencepiece",),
+    vocabs=("sentencepiece", "hf"),
     vocab_note="a subword vocabulary",
     validate=config_problems,
     subword_options=True,

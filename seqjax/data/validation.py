@@ -9,7 +9,16 @@ from __future__ import annotations
 
 import numbers
 
-from seqjax.data import hf_vocab, objectives, packing, registry, subword
+from seqjax.data import (
+    finetune_data,
+    gpt1_data,
+    hf_vocab,
+    objectives,
+    packing,
+    registry,
+    subword,
+    token_chars,
+)
 
 
 def _is_int(x) -> bool:
@@ -89,9 +98,14 @@ def config_problems(cfg) -> list[tuple[str, object, str]]:
     if not _is_int(cfg.get("seed")) or not 0 <= cfg.seed < 2**32:
         bad("seed", cfg.get("seed"), "an integer 0 <= seed < 2**32")
     # Packing is judged against a valid objective only (an unknown one has its own line).
-    known = (cfg.get("objective") or "") in objectives.OBJECTIVES
-    for field, value, valid in objectives.mlm_problems(cfg) + (
-        packing.problems(cfg) if known else []
+    objective = cfg.get("objective") or ""
+    known = objective in objectives.OBJECTIVES or registry.objective(objective) is not None
+    for field, value, valid in (
+        objectives.mlm_problems(cfg)
+        + finetune_data.problems(cfg)
+        + gpt1_data.problems(cfg)
+        + token_chars.problems(cfg)
+        + (packing.problems(cfg) if known else [])
     ):
         bad(field, value, valid)
     return problems

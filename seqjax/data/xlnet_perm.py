@@ -18,7 +18,9 @@ first). In each half:
 
 Returned per example: the original tokens for the content stream (``input_k``: they are not
 overwritten by ``<mask>``), ``input_q`` (1.0 at targets: the query stream's positions),
-``perm_mask [T, T]``, ``target_mapping [P, T]`` (one-hot rows in position order, zero rows
+``perm_mask [T, T]`` (and the same as ranks: ``perm_mask[i, j] == q_rank[i] <= k_rank[j]``,
+the second half's ranks offset by T so that the first half never sees it),
+``target_mapping [P, T]`` (one-hot rows in position order, zero rows
 padding to ``num_predict``), ``target [P]`` and ``target_weight [P]``. Every random draw comes
 from the ``numpy.random.Generator`` passed in, in the reference's order.
 
@@ -101,14 +103,15 @@ def half_ranks(inputs_L, is_masked_L, rng, *, perm_size, functional_ids):
 
 def permutation_example(
     inputs_T, is_masked_T, rng, *, reuse_len, perm_size, num_predict=None,
-    functional_ids=(3, 4), targets_T=None,
+    functional_ids=(3, 4), targets_T=None, dense_mask=True,
 ):  # fmt: skip
     """The two-stream training inputs of one example (see the module docstring).
 
     ``targets_T``: what each position predicts (default: its own token, XLNet's PLM).
     ``functional_ids``: ``<cls>``/``<sep>`` ids (3 and 4 in XLNet's vocabulary).
     With ``num_predict`` None, ``target``/``target_weight`` are ``[T]`` and there is no
-    ``target_mapping``."""
+    ``target_mapping``. ``dense_mask=False`` leaves out ``perm_mask`` (``q_rank``/``k_rank``
+    say the same)."""
     inputs_T = np.asarray(inputs_T)
     t = len(inputs_T)
     if not 0 < reuse_len < t:
@@ -126,15 +129,19 @@ def permutation_example(
     ]  # fmt: skip
     key_rank, query_rank, target, ordered = (np.concatenate(x) for x in zip(*parts))
     half = (np.arange(t) >= reuse_len).astype(int)
-    within = (query_rank[:, None] <= key_rank[None, :]) & ordered[None, :]
-    perm_mask = np.where(half[:, None] == half[None, :], within, half[:, None] < half[None, :])
     targets_T = inputs_T if targets_T is None else np.asarray(targets_T)
     out = {
         "input_k": inputs_T.copy(),
         "input_q": target.astype(np.float32),
-        "perm_mask": perm_mask,
         "rank": np.where(ordered, key_rank + half * t, -1),
+        # the same mask as ranks: perm_mask[i, j] == (q_rank[i] <= k_rank[j]) (offset t per half)
+        "q_rank": (query_rank + half * t).astype(np.int32),
+        "k_rank": (np.where(ordered, key_rank, -1) + half * t).astype(np.int32),
     }
+    if dense_mask:  # ``dense_mask=False``: the ranks only (no [T, T] array)
+        within = (query_rank[:, None] <= key_rank[None, :]) & ordered[None, :]
+        same = half[:, None] == half[None, :]
+        out["perm_mask"] = np.where(same, within, half[:, None] < half[None, :])
     if num_predict is None:
         out["target"], out["target_weight"] = targets_T.copy(), target.astype(np.float32)
         return out

@@ -128,7 +128,8 @@ class BiLM(nn.Module):
     """The bidirectional LM (module docstring): ``chars_BTL`` -> ``(layers, fwd_logits,
     bwd_logits)``; ``layers`` are ``num_layers + 1`` arrays ``[B, T, 2P]``; the forward
     logits at t predict token t+1, the backward ones token t-1. ``lengths_B``: each row's
-    real tokens (the backward LM starts at the last one)."""
+    real tokens (the backward LM starts at the last one). ``lm_head=False``: no softmax
+    (the logits are None; a module that owns the softmax itself, or feature extraction)."""
 
     num_chars: int
     vocab_size: int
@@ -138,6 +139,7 @@ class BiLM(nn.Module):
     char_dim: int = 16
     filters: tuple[tuple[int, int], ...] = ((1, 32), (2, 32), (3, 64))
     num_highway: int = 2
+    lm_head: bool = True
 
     @nn.compact
     def __call__(self, chars_BTL, lengths_B=None):
@@ -152,6 +154,8 @@ class BiLM(nn.Module):
             new_b = nn.RNN(cell_b, reverse=True, keep_order=True)(bwd, seq_lengths=lengths_B)
             fwd, bwd = (new_f + fwd, new_b + bwd) if k > 0 else (new_f, new_b)  # residual
             layers.append(jnp.concatenate([fwd, bwd], -1))
+        if not self.lm_head:
+            return layers, None, None
         softmax = nn.Dense(self.vocab_size, name="softmax")  # shared by the two LMs
         return layers, softmax(fwd).astype(jnp.float32), softmax(bwd).astype(jnp.float32)
 

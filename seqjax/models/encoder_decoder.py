@@ -62,11 +62,11 @@ from seqjax.models.encoder_decoder_config import PAD_ID, EncoderDecoderConfig
 from seqjax.models.transformer import TransformerConfig
 
 
-def shift_right(targets_BT):
-    """Decoder inputs from targets: ``[0, y_1, ..., y_{T-1}]`` (0 = start token = pad id),
-    so position t predicts ``y_t`` from ``y_<t`` (Vaswani et al. 2017, §3.1 "offset by one
-    position")."""
-    return jnp.pad(targets_BT, ((0, 0), (1, 0)), constant_values=PAD_ID)[:, :-1]
+def shift_right(targets_BT, start_id: int = PAD_ID):
+    """Decoder inputs from targets: ``[start, y_1, ..., y_{T-1}]`` (seqjax's start token is
+    the pad id 0; a checkpoint's is ``EncoderDecoderConfig.decoder_start_id``), so position
+    t predicts ``y_t`` from ``y_<t`` (Vaswani et al. 2017, §3.1 "offset by one position")."""
+    return jnp.pad(targets_BT, ((0, 0), (1, 0)), constant_values=start_id)[:, :-1]
 
 
 class EncoderLayer(nn.Module):
@@ -295,7 +295,7 @@ class EncoderDecoder(nn.Module):
             self.ln_source_embed if cfg.embed_norm else None,
         )
         segs = None if packed is None else packed["segment_ids"]
-        return self.encoder(x_BSE, source_BS != PAD_ID, deterministic, segs=segs)
+        return self.encoder(x_BSE, source_BS != cfg.pad_id, deterministic, segs=segs)
 
     def decode_logits(
         self, encoded_BSE, source_BS, decoder_inputs_BT, deterministic=True, packed=None
@@ -326,7 +326,7 @@ class EncoderDecoder(nn.Module):
         )
         x_BTE = self.decoder(
             x_BTE, None, deterministic, encoded_BSE=encoded_BSE,
-            source_mask_BS=source_BS != PAD_ID, segs=segs,
+            source_mask_BS=source_BS != cfg.pad_id, segs=segs,
         )  # fmt: skip
         x_BTE = x_BTE.astype(jnp.float32)
         if cfg.tie_embeddings and cfg.rescale_tied_output:

@@ -35,7 +35,11 @@ class EncoderDecoderConfig:
     """Static hyper-parameters of ``EncoderDecoder`` (validated on construction).
 
     Attributes:
-      vocab_size: V, one vocabulary for source and target (id 0 = padding / start).
+      vocab_size: V, one vocabulary for source and target.
+      pad_id: the padding id (masked as keys in the source): the data's (seqjax's: 0; a
+        Hugging Face tokenizer's ``pad_token``).
+      decoder_start_id: the decoder's first input (``shift_right``; the beam search's start):
+        seqjax's 0 (the pad id), a checkpoint's ``decoder_start_token_id`` (T5: 0).
       encoder_layers, decoder_layers: N of each stack.
       num_heads, d_model: H, E. head_dim: D, 0 means E // H. d_ff: 0 means 4 E.
       max_source_len, max_target_len: longest source / target (positions, decode cache).
@@ -107,6 +111,8 @@ class EncoderDecoderConfig:
     embed_norm: bool = False
     position_offset: int = 0
     final_logits_bias: bool = False
+    pad_id: int = PAD_ID
+    decoder_start_id: int = PAD_ID
 
     def __post_init__(self):
         for field in ("encoder_attention", "decoder_attention"):
@@ -185,7 +191,7 @@ class EncoderDecoderConfig:
             dtype=self.dtype,
             ff_chunk_size=self.ff_chunk_size,
             reversible=self.reversible,
-            pad_id=PAD_ID,
+            pad_id=self.pad_id,
             t5_buckets=self.t5_buckets,
             t5_max_distance=self.t5_max_distance,
             norm_type=self.norm_type,

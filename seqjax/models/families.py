@@ -53,6 +53,33 @@ def _two_tower(cfg, *, task, decode=False):
     return TwoTowerClassifier(cfg, interaction=interaction, mlp_dim=cfg.d_ff)
 
 
+def _token_head(cfg, *, task, decode=False):
+    del task
+    from seqjax.models.token_heads import TokenHeadEncoder
+
+    if decode:
+        raise ValueError("the token-head encoder has no decoding mode")
+    return TokenHeadEncoder(cfg)
+
+
+def _cross_encoder(cfg, *, task, decode=False):
+    del task
+    from seqjax.models.token_heads import CrossEncoder
+
+    if decode:
+        raise ValueError("the cross-encoder has no decoding mode")
+    return CrossEncoder(cfg)
+
+
+def _gpt1_classifier(cfg, *, task, decode=False):
+    del task
+    from seqjax.models.gpt1 import CausalClassifier
+
+    if decode:
+        raise ValueError("GPT-1's classifier has no decoding mode")
+    return CausalClassifier(cfg)
+
+
 def _transformer_train_module(config, cfg, *, task):
     """A recurrent kind's model (Transformer-XL, with its memory), else the task's module."""
     rec = memory.recurrence(config)
@@ -80,6 +107,10 @@ TRANSFORMER = registry.register(
             "mlm": _encoder_only("masked-LM encoder"),
             "classification": _classifier,
             "pair_classification": _two_tower,
+            "qa": _token_head,  # BERT's start/end head (seqjax.tasks.token_tasks)
+            "tagging": _token_head,
+            "cross_encoder": _cross_encoder,  # [CLS] A [SEP] B [SEP] (model.towers=1)
+            "gpt1_finetune": _gpt1_classifier,  # last-token classifier + auxiliary LM
         },
         from_data=("vocab_size", "pad_id", "axial_shape", "causal", "num_classes"),
         hf_architectures=(
@@ -102,6 +133,8 @@ ENCODER_DECODER = registry.register(
         config_class=EncoderDecoderConfig,
         build_config=from_config.encoder_decoder_from_needs,
         modules={"seq2seq": _encoder_decoder},
+        from_data=("vocab_size", "pad_id"),
         hf_architectures=("T5ForConditionalGeneration", "BartForConditionalGeneration"),
+        block_of=from_config.encoder_decoder_block,
     )
 )

@@ -124,7 +124,11 @@ def encoder_decoder_from_needs(config, info, needs) -> EncoderDecoderConfig:
     m = config.model
     options = attention_options(config)
     decoder_attention = m.get("decoder_attention") or "dense"
+    pad = getattr(info, "pad_id", None)
     return EncoderDecoderConfig(
+        pad_id=0 if pad is None else int(pad),
+        **{k: m[k] for k in ("t5_buckets", "t5_max_distance") if k in m},
+        **encoder_decoder_layout(m),
         vocab_size=int(info.vocab_size),
         encoder_layers=int(m.num_layers),
         decoder_layers=int(m.get("decoder_layers") or m.num_layers),
@@ -146,3 +150,52 @@ def encoder_decoder_from_needs(config, info, needs) -> EncoderDecoderConfig:
         ff_chunk_size=m.ff_chunk_size,
         dtype=m.dtype,
     )
+
+
+# ``EncoderDecoderConfig``'s options for imported checkpoints (T5's layout), read from
+# ``config.model.layout`` (``seqjax.train.hf_start`` writes it from a Hugging Face folder).
+ENCODER_DECODER_LAYOUT = ("norm_type", "norm_eps", "activation", "mlp_gated", "mlp_bias",
+                          "attention_bias", "attention_scale", "embed_scale",
+                          "rescale_tied_output", "embed_norm", "position_offset",
+                          "final_logits_bias", "decoder_start_id")  # fmt: skip
+
+
+def encoder_decoder_layout(m) -> dict:
+    """``config.model.layout`` as ``EncoderDecoderConfig`` keyword arguments (unknown keys
+    are one sentence listing ``ENCODER_DECODER_LAYOUT``)."""
+    layout = m.get("layout") or {}
+    layout = dict(layout.to_dict() if hasattr(layout, "to_dict") else layout)
+    unknown = sorted(set(layout) - set(ENCODER_DECODER_LAYOUT))
+    if unknown:
+        raise ValueError(
+            f"model.layout.{unknown[0]} is not an encoder-decoder layout option; valid: "
+            f"{', '.join(ENCODER_DECODER_LAYOUT)}"
+        )
+    return layout
+
+
+def encoder_decoder_block(cfg: EncoderDecoderConfig) -> dict:
+    """The ``config.model`` fields that rebuild ``cfg`` with ``encoder_decoder_from_needs``
+    (the ``encoder_decoder`` family's ``block_of``; the pad id comes from the data)."""
+    if cfg.max_source_len != cfg.max_target_len:
+        raise ValueError(
+            f"model max_source_len={cfg.max_source_len} and max_target_len="
+            f"{cfg.max_target_len} differ; config.model.max_len is one length for both"
+        )
+    block = {"num_layers": cfg.encoder_layers, "decoder_layers": cfg.decoder_layers,
+             "num_heads": cfg.num_heads, "d_model": cfg.d_model, "head_dim": cfg.head_dim,
+             "d_ff": cfg.d_ff, "max_len": cfg.max_source_len, "positional": cfg.positional,
+             "tie_embeddings": cfg.tie_embeddings, "share_embeddings": cfg.share_embeddings,
+             "norm_position": cfg.norm_position, "reversible": cfg.reversible,
+             "dropout_rate": cfg.dropout_rate,
+             "attention_dropout_rate": cfg.attention_dropout_rate,
+             "t5_buckets": cfg.t5_buckets, "t5_max_distance": cfg.t5_max_distance}  # fmt: skip
+    for field, stack in (("attention", cfg.encoder_attention),
+                         ("decoder_attention", cfg.decoder_attention)):  # fmt: skip
+        block[field] = ",".join(name for name, _ in stack)
+        if any(opts for _, opts in stack):
+            raise ValueError(f"an imported {field} with options cannot start a run: {stack}")
+    default = EncoderDecoderConfig(vocab_size=1)
+    block["layout"] = {f: getattr(cfg, f) for f in ENCODER_DECODER_LAYOUT
+                       if getattr(cfg, f) != getattr(default, f)}  # fmt: skip
+    return block

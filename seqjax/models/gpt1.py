@@ -91,3 +91,27 @@ def choice_inputs(context, answers, *, start: int, delim: int, extract: int, pad
             raise ValueError(f"length={length} is shorter than a {len(r)}-token input")
         tokens[i, : len(r)], mask[i, : len(r)] = r, True
     return tokens, mask.sum(1).astype(np.int32) - 1, mask
+
+
+class CausalClassifier(nn.Module):
+    """GPT-1's fine-tuning model for classification and entailment (§3.2, eq. 3; Hugging
+    Face ``OpenAIGPTForSequenceClassification``'s ``score`` on the last token, plus the tied LM
+    head of the auxiliary loss): ``(tokens [B, T], last [B]) -> (LM logits [B, T, V], class
+    logits [B, K])``; the classifier ``W_y`` (no bias) reads the hidden state at ``last``, the
+    extract token."""
+
+    cfg: TransformerConfig
+
+    @nn.compact
+    def __call__(self, tokens_BT, last_B, *, mask_BT=None, deterministic=True):
+        cfg = self.cfg
+        x_BTE, embed = Encoder(cfg, causal=True, name="encoder")(
+            tokens_BT, mask_BS=mask_BT, deterministic=deterministic
+        )
+        x_BTE = x_BTE.astype(jnp.float32)
+        lm_BTV = embed.attend(x_BTE)
+        x_BE = jnp.take_along_axis(x_BTE, last_B[:, None, None], axis=1)[:, 0]
+        x_BE = nn.Dropout(cfg.dropout_rate)(x_BE, deterministic=deterministic)
+        score = nn.Dense(cfg.num_classes, use_bias=False, kernel_init=layers.dense_init(),
+                         name="score")  # fmt: skip
+        return lm_BTV.astype(jnp.float32), score(x_BE).astype(jnp.float32)

@@ -71,6 +71,13 @@ class Family:
       block_of: ``model_cfg -> {config.model field: value}``, the inverse of
         ``build_config`` for the fields a checkpoint fixes (``config.init_from=hf:<folder>``
         fills the job config with them); None: the family cannot start from one.
+      token_chars: characters per token its modules read (0: none; ELMo: 50): the job sets
+        ``config.data.token_chars`` to it when unset, so every batch carries ``token_chars``
+        ``[B, T, L]`` (``seqjax.data.token_chars``) and the task passes it to the model as
+        ``token_chars_BTL``.
+      frozen: ``model_cfg -> top-level parameter subtrees`` the optimizer leaves unchanged
+        (feature-based transfer: added to ``optimizer.freeze`` by ``train.setup``); None:
+        all train.
     """
 
     name: str
@@ -84,6 +91,8 @@ class Family:
     hf_architectures: tuple[str, ...] = ()
     train_module: Callable[..., Any] | None = None
     block_of: Callable[[Any], dict] | None = None
+    token_chars: int = 0
+    frozen: Callable[[Any], tuple[str, ...]] | None = None
 
     @property
     def tasks(self) -> tuple[str, ...]:
@@ -122,6 +131,7 @@ _FAMILIES: dict[str, Family] = {}
 # a new family adds its module here, or is ``--import``ed by the job config).
 BUILTIN = ("seqjax.models.families", "seqjax.models.rnn_families", "seqjax.models.albert")
 BUILTIN += ("seqjax.models.xlnet_family",)
+BUILTIN += ("seqjax.models.elmo_family",)
 
 
 def _load_builtin() -> None:

@@ -46,3 +46,38 @@ class TokenHeadEncoder(nn.Module):
 def start_end(logits_BT2):
     """QA's start and end logits ``[B, T]`` each, from a 2-output token head."""
     return logits_BT2[..., 0], logits_BT2[..., 1]
+
+
+class _PooledClassifier(nn.Module):
+    """``heads.PairHead``'s parameters (``pooler``, ``classifier``) with the dropout of
+    ``BertForSequenceClassification`` between them: ``[B, T, E] -> float32 logits [B, C]``."""
+
+    num_classes: int
+    dropout_rate: float = 0.0
+
+    @nn.compact
+    def __call__(self, x_BTE, deterministic=True):
+        x_BE = x_BTE[:, 0].astype(jnp.float32)
+        dense = nn.Dense(x_BE.shape[-1], kernel_init=layers.dense_init(), name="pooler")
+        pooled_BE = nn.Dropout(self.dropout_rate)(
+            jnp.tanh(dense(x_BE)), deterministic=deterministic
+        )
+        out = nn.Dense(self.num_classes, kernel_init=layers.dense_init(), name="classifier")
+        return out(pooled_BE).astype(jnp.float32)
+
+
+class CrossEncoder(nn.Module):
+    """The sentence-pair cross-encoder (Devlin et al. 2019, Fig. 4 (a); Hugging Face
+    ``BertForSequenceClassification`` with ``token_type_ids``): ``[CLS] A [SEP] B [SEP]`` and
+    its segment ids ``[B, T]`` -> the encoder -> the pooler on [CLS] (``pair_head/pooler``,
+    tanh) -> dropout -> ``pair_head/classifier``: float32 logits ``[B, C]``."""
+
+    cfg: TransformerConfig
+
+    @nn.compact
+    def __call__(self, tokens_BT, *, mask_BT=None, token_types_BT=None, deterministic=True):
+        x_BTE, _ = Encoder(self.cfg, causal=False, name="encoder")(
+            tokens_BT, mask_BS=mask_BT, token_types_BT=token_types_BT, deterministic=deterministic
+        )
+        head = _PooledClassifier(self.cfg.num_classes, self.cfg.dropout_rate, name="pair_head")
+        return head(x_BTE, deterministic=deterministic)

@@ -48,7 +48,9 @@ class XLNetConfig:
     """XLNet hyper-parameters (the fields of ``transformers.XLNetConfig`` seqjax uses).
 
     ``implementation`` selects the relative attention engine ("reference", "blockwise",
-    "auto"); ``num_labels > 0`` adds the classifier head (last token's summary)."""
+    "auto"); ``num_labels > 0`` adds the classifier head (last token's summary);
+    ``generate_order`` how sampling orders the prefix (``seqjax.models.xlnet_generate``:
+    "prefix" as ``transformers`` generates, or "causal")."""
 
     vocab_size: int = 32000
     d_model: int = 1024
@@ -65,6 +67,7 @@ class XLNetConfig:
     num_labels: int = 0
     summary_activation: str = "tanh"
     pad_id: int | None = None
+    generate_order: str = "prefix"
 
     @property
     def dim_head(self) -> int:
@@ -85,6 +88,11 @@ class XLNetConfig:
             raise ValueError(
                 f"XLNetConfig.implementation={self.implementation!r} is not one of "
                 f"{relative.IMPLEMENTATIONS}"
+            )
+        if self.generate_order not in ("prefix", "causal"):
+            raise ValueError(
+                f"XLNetConfig.generate_order={self.generate_order!r} is not one of "
+                "('prefix', 'causal')"
             )
         for name in ("mem_len", "reuse_len", "num_labels"):
             if getattr(self, name) < 0:
@@ -128,12 +136,12 @@ class RelativeAttention(nn.Module):
         if types_BS is not None:
             seg = {"seg_embed": seg_embed, "r_s_bias": bias["r_s_bias"], "token_types": types_BS}
 
-        def attend(q_BTHD, mask_BTS):
+        def attend(q_BTHD, mask_kw):
             rng = self.make_rng("dropout") if att_rate > 0 else None
             return relative.relative_attention(
                 q_BTHD, k_BSHD, v_BSHD, r=r_RHD, r_w_bias=bias["r_w_bias"],
-                r_r_bias=bias["r_r_bias"], causal=False, attn_mask=mask_BTS,
-                dropout_rate=att_rate, dropout_rng=rng, implementation=cfg.implementation, **seg,
+                r_r_bias=bias["r_r_bias"], causal=False, dropout_rate=att_rate,
+                dropout_rng=rng, implementation=cfg.implementation, **mask_kw, **seg,
             )  # fmt: skip
 
         def post(x, vec_BTHD):
@@ -199,6 +207,21 @@ def attention_masks(b, t, m, perm_mask_BTT=None, mask_BT=None):
     return ~blocked | self_TS[None], ~blocked
 
 
+def rank_masks(b, m, perm_ranks, mask_BT=None):
+    """``(content, query)`` attention options from ``perm_ranks = (q_rank [B, T], k_rank
+    [B, T])`` (``seqjax.data.xlnet_perm``: query i may not see key j iff ``q_rank[i] <=
+    k_rank[j]``, the same mask as ``perm_mask``): memory keys get rank -1 (seen by all), the
+    content stream sees itself, padding (``mask_BT`` False) is a key mask."""
+    q_rank_BT, k_rank_BT = (jnp.asarray(x, jnp.int32) for x in perm_ranks)
+    k_rank_BS = jnp.concatenate([jnp.full((b, m), -1, jnp.int32), k_rank_BT], axis=1)
+    key_BS = None
+    if mask_BT is not None:
+        key_BS = jnp.concatenate([jnp.ones((b, m), bool), mask_BT.astype(bool)], axis=1)
+    return tuple(
+        {"rank_mask": (q_rank_BT, k_rank_BS, content), "mask": key_BS} for content in (True, False)
+    )
+
+
 def cache_memory(h_BTE, mem_BME, mem_len: int, reuse_len: int):
     """The reference's ``_cache_mem``: the first ``reuse_len`` positions of the layer input
     (all when 0) after the memory, the last ``mem_len`` kept (all when 0), no gradient."""
@@ -234,7 +257,7 @@ class XLNetEncoder(nn.Module):
 
     def __call__(
         self, tokens_BT, *, token_types_BT=None, perm_mask_BTT=None, target_mapping_BPT=None,
-        mask_BT=None, mems=None, deterministic=True,
+        mask_BT=None, mems=None, deterministic=True, perm_ranks=None,
     ):  # fmt: skip
         cfg = self.cfg
         b, t = tokens_BT.shape
@@ -244,6 +267,11 @@ class XLNetEncoder(nn.Module):
             mask_BT = tokens_BT != cfg.pad_id
         m = 0 if mems is None else mems[0].shape[1]
         masks = attention_masks(b, t, m, perm_mask_BTT, mask_BT)
+        masks = ({"attn_mask": masks[0]}, {"attn_mask": masks[1]})
+        if perm_ranks is not None:  # the permutation as ranks: no [T, S] mask (blockwise)
+            if perm_mask_BTT is not None:
+                raise ValueError("give perm_mask_BTT or perm_ranks, not both")
+            masks = rank_masks(b, m, perm_ranks, mask_BT)
         h = self.drop(self.embed(tokens_BT), deterministic=deterministic)
         g = None
         if target_mapping_BPT is not None:
@@ -274,7 +302,8 @@ class XLNet(nn.Module):
     or of the query stream ``[B, P, V]`` when ``target_mapping`` is given.
 
     Call arguments (all optional but ``tokens_BT``): ``token_types_BT`` (segments A/B),
-    ``perm_mask_BTT`` (True = may not attend), ``target_mapping_BPT`` (float one-hot rows),
+    ``perm_mask_BTT`` (True = may not attend) or ``perm_ranks`` (the same as two rank
+    vectors, ``rank_masks``), ``target_mapping_BPT`` (float one-hot rows),
     ``mask_BT`` (True = real token; default ``tokens != cfg.pad_id`` when set), ``mems``
     (``n_layers`` arrays ``[B, M, E]``), ``deterministic``, ``return_state`` (also return
     ``(new_mems, hiddens)``: ``hiddens`` the content stream entering each layer and leaving
@@ -296,8 +325,9 @@ class XLNet(nn.Module):
 
 class XLNetClassifier(nn.Module):
     """Sequence classifier (``XLNetForSequenceClassification``, Yang et al. 2019 §3.3): the
-    content stream's last real token (XLNet's ``summary_type="last"``; right-padded rows use
-    their last non-padding position) -> ``tanh(W_s x)`` -> dropout -> ``[B, num_labels]``."""
+    content stream's last real token (XLNet's ``summary_type="last"``; padded rows use their
+    last non-padding position: the last one when left-padded, as XLNet's tokenizer pads)
+    -> ``tanh(W_s x)`` -> dropout -> ``[B, num_labels]``."""
 
     cfg: XLNetConfig
 
@@ -311,8 +341,8 @@ class XLNetClassifier(nn.Module):
         )
         t = tokens_BT.shape[1]
         last_B = jnp.full(tokens_BT.shape[:1], t - 1)
-        if mask_BT is not None:
-            last_B = jnp.maximum(jnp.sum(mask_BT.astype(jnp.int32), axis=1) - 1, 0)
+        if mask_BT is not None:  # the last real position (right or left padding)
+            last_B = t - 1 - jnp.argmax(mask_BT[:, ::-1].astype(jnp.int32), axis=1)
         x_BE = jnp.take_along_axis(out_BTE, last_B[:, None, None], axis=1)[:, 0]
         init = nn.initializers.normal(0.02)
         x_BE = activation(cfg.summary_activation)(

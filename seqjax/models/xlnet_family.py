@@ -34,6 +34,17 @@ def _classifier(cfg, *, task, decode=False):
     return XLNetClassifier(cfg)
 
 
+def _train_module(config, cfg, *, task):
+    """With ``model.kind = "xlnet"`` the model with memory across batches
+    (``seqjax.models.xlnet_memory``), else the task's module."""
+    from seqjax.models import memory
+
+    rec = memory.recurrence(config)
+    if rec is not None:
+        return rec.train_model(cfg, config)
+    return task.make_model(cfg)
+
+
 def validate(config, bad) -> None:
     """Field checks of ``config.model`` (one call of ``bad`` per wrong field)."""
     m = config.model
@@ -48,6 +59,8 @@ def validate(config, bad) -> None:
         bad("model.ff_activation", m.get("ff_activation"), f"one of {ACTIVATIONS}")
     if m.get("implementation") not in ("reference", "blockwise", "auto"):
         bad("model.implementation", m.get("implementation"), "'reference', 'blockwise' or 'auto'")
+    if m.get("generate_order", "prefix") not in ("prefix", "causal"):
+        bad("model.generate_order", m.get("generate_order"), "'prefix' or 'causal'")
     rate = m.get("dropout_rate")
     if not isinstance(rate, (int, float)) or not 0 <= rate < 1:
         bad("model.dropout_rate", rate, "a number in [0, 1)")
@@ -61,9 +74,10 @@ XLNET = registry.register(
         config_class=XLNetConfig,
         build_config=build_config,
         modules={"plm": _plm, "classification": _classifier},
+        train_module=_train_module,
         validate=validate,
         from_data=("vocab_size", "num_labels", "pad_id"),
         common_checks=False,
-        hf_architectures=("XLNetLMHeadModel", "XLNetModel"),
+        hf_architectures=("XLNetLMHeadModel", "XLNetModel", "XLNetForSequenceClassification"),
     )
 )

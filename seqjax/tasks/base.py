@@ -37,6 +37,7 @@ import jax.numpy as jnp
 from seqjax.tasks import losses
 
 SUM_KEYS = ("loss_sum", "correct_sum", "weight_sum")
+CHARS = "token_chars"  # seqjax.data.token_chars.FIELD: each input token's characters
 
 
 class Task:
@@ -151,7 +152,9 @@ class Task:
     def check_batch(self, batch) -> None:
         """Raises ``ValueError`` naming the field when ``batch`` (numpy or traced arrays)
         lacks a field of ``batch_fields``, has another, or one of the wrong dtype or rank."""
-        want = self.batch_fields
+        want = dict(self.batch_fields)
+        if CHARS in batch:  # config.data.token_chars: any task's batches may carry them
+            want.setdefault(CHARS, ("int32", 3))
         if set(batch) != set(want):
             raise ValueError(
                 f"task {self.name!r} batches have the fields {sorted(want)}; got {sorted(batch)}"
@@ -167,12 +170,15 @@ class Task:
     def apply(self, model, params, batch, *, rng, train: bool, memory=None):
         """``(outputs, new_memory)`` of ``model`` on ``batch``: ``model.apply`` on
         ``batch['inputs']`` (and the memory of a recurrent model, ``seqjax.models.memory``;
-        None otherwise), dropout on when ``train``."""
+        None otherwise; ``token_chars_BTL=batch['token_chars']`` where the batches carry
+        them), dropout on when ``train``."""
         rngs = {"dropout": rng} if train else {}
         args = () if memory is None else (memory,)
+        chars = {"token_chars_BTL": batch[CHARS]} if CHARS in batch else {}
         out = model.apply(
-            {"params": params}, batch["inputs"], *args, rngs=rngs, deterministic=not train
-        )
+            {"params": params}, batch["inputs"], *args, **chars, rngs=rngs,
+            deterministic=not train,
+        )  # fmt: skip
         return out if memory is not None else (out, None)
 
     def sums(self, outputs, batch) -> dict[str, Any]:

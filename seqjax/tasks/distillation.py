@@ -26,6 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from seqjax.models.distill_pair import alternate_layers
+
 
 def distillation_loss(
     s_logits_BTV,
@@ -78,11 +80,6 @@ def distillation_loss(
         parts["cos"] = jnp.sum((1.0 - cos_BT) * m_BT) / jnp.maximum(m_BT.sum(), 1.0)
         loss = loss + alpha_cos * parts["cos"]
     return loss, parts
-
-
-def alternate_layers(num_layers: int) -> tuple[int, ...]:
-    """One layer in two, from the first: 0, 2, 4, ... (Sanh et al. 2019 §3)."""
-    return tuple(range(0, num_layers, 2))
 
 
 def student_from_teacher(teacher_cfg, teacher_params: dict, layers=None, *, fold_token_type=False):

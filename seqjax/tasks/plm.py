@@ -9,6 +9,8 @@ may not attend), ``target_mapping`` float32 ``[B, P, T]``, ``targets`` int32 ``[
 ``weights`` float32 ``[B, P]``. The model (family ``xlnet``, ``seqjax.models.xlnet``) returns
 the query stream's logits ``[B, P, V]``; the loss is their weighted cross-entropy.
 Evaluation: loss, accuracy and perplexity ``exp(loss)`` of the predicted tokens.
+Generation (``python -m seqjax.sample``): XLNet as a left-to-right LM, each new token last in
+the order (``seqjax.models.xlnet_generate``; ``config.model.generate_order``).
 
 Legend: B batch, T window length, P predicted positions, V vocabulary.
 """
@@ -25,6 +27,7 @@ class PermutationLanguageModel(base.Task):
     causal = False
     objective = "plm"
     family = "xlnet"
+    generates = True
     batch_fields = {
         "inputs": ("int32", 2),
         "perm_mask": ("bool", 3),
@@ -32,6 +35,14 @@ class PermutationLanguageModel(base.Task):
         "targets": ("int32", 2),
         "weights": ("float32", 2),
     }
+
+    def configure(self, config):
+        """With ``config.data.plm_ranks``: the task whose batches carry the order as ranks."""
+        return RANKS if config.data.get("plm_ranks", False) else self
+
+    def order(self, batch) -> dict:
+        """The model's factorization-order arguments from a batch."""
+        return {"perm_mask_BTT": batch["perm_mask"]}
 
     def input_length(self, config) -> int:
         from seqjax.data import plm
@@ -53,14 +64,14 @@ class PermutationLanguageModel(base.Task):
 
     def apply(self, model, params, batch, *, rng, train: bool, memory=None):
         """The query stream's logits ``[B, P, V]`` (padding keys hidden by the model's
-        ``pad_id``)."""
-        del memory
+        ``pad_id``), and the new memory of a model with memory across batches."""
         rngs = {"dropout": rng} if train else {}
+        args = () if memory is None else (memory,)  # model.kind="xlnet": seqjax.models.xlnet_memory
         out = model.apply(
-            {"params": params}, batch["inputs"], perm_mask_BTT=batch["perm_mask"],
+            {"params": params}, batch["inputs"], *args, **self.order(batch),
             target_mapping_BPT=batch["target_mapping"], rngs=rngs, deterministic=not train,
         )  # fmt: skip
-        return out, None
+        return out if memory is not None else (out, None)
 
     def eval_summary(self, sums, config) -> dict:
         out = super().eval_summary(sums, config)
@@ -79,10 +90,44 @@ class PermutationLanguageModel(base.Task):
         d = run.config.data
         return 6.0 * n * int(d.batch_size) * (plm.length(d) + plm.options(d)["num_predict"])
 
+    def check_sample_inputs(self, run, prompt: str, length: int) -> None:
+        from seqjax.tasks import inputs
+
+        if not run.info.encode(prompt or "\n").size:
+            raise inputs.InputError(f"prompt {prompt!r} encodes to no token")
+
+    def sample(
+        self, run, params, prompt: str, length: int, *, temperature=1.0, top_k=0, top_p=1.0,
+        seed=0,
+    ) -> str:  # fmt: skip
+        from seqjax.models import xlnet_generate
+
+        ids = run.info.encode(prompt or "\n")
+        out = xlnet_generate.generate(
+            run.model, params, ids, length, order=run.model.cfg.generate_order,
+            temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+        )  # fmt: skip
+        return run.info.decode(out)
+
     def tokens_per_step(self, config) -> int:
         from seqjax.data import plm
 
         return int(config.data.batch_size) * plm.options(config.data)["num_predict"]
 
 
+class RankPermutationLanguageModel(PermutationLanguageModel):
+    """The permutation LM with the order as ranks (``data.plm_ranks``): ``q_rank`` and
+    ``k_rank`` int32 ``[B, T]`` in place of ``perm_mask`` (``XLNet(perm_ranks=...)``)."""
+
+    batch_fields = {
+        **{k: v for k, v in PermutationLanguageModel.batch_fields.items() if k != "perm_mask"},
+        "q_rank": ("int32", 2),
+        "k_rank": ("int32", 2),
+    }
+
+    def order(self, batch) -> dict:
+        return {"perm_ranks": (batch["q_rank"], batch["k_rank"])}
+
+
 TASK = registry.register(PermutationLanguageModel())
+RANKS = RankPermutationLanguageModel()  # not registered: ``TASK.configure`` returns it

@@ -22,6 +22,10 @@ BUILTIN += ("seqjax.tasks.mlm",)
 BUILTIN += ("seqjax.tasks.image_generation",)
 BUILTIN += ("seqjax.tasks.pair_classification",)
 BUILTIN += ("seqjax.tasks.plm",)
+BUILTIN += ("seqjax.tasks.bilm",)
+BUILTIN += ("seqjax.tasks.distill",)
+BUILTIN += ("seqjax.tasks.token_tasks",)
+BUILTIN += ("seqjax.tasks.gpt1_finetune",)
 BUILTIN += ("seqjax.tasks.mlm_pair",)
 
 

@@ -23,6 +23,7 @@ import math
 import re
 
 import jax
+import jax.numpy as jnp
 
 from seqjax.tasks import base, losses, registry
 
@@ -123,8 +124,8 @@ class Seq2Seq(base.Task):
         del memory
         rngs = {"dropout": rng} if train else {}
         logits_BTV = model.apply(
-            {"params": params}, batch["inputs"], shift_right(batch["targets"]), rngs=rngs,
-            deterministic=not train,
+            {"params": params}, batch["inputs"], shift_right(batch["targets"], start_id(model)),
+            rngs=rngs, deterministic=not train,
         )  # fmt: skip
         return logits_BTV, None
 
@@ -194,13 +195,23 @@ class Seq2Seq(base.Task):
 
     def decode_metrics(self, run, params, split: str, *, max_batches: int = 0) -> dict:
         """BLEU and chrF (sacreBLEU) of beam-search outputs over ``split`` (or its first
-        ``max_batches`` batches), with sacreBLEU's signatures."""
-        if not (run.config.get("eval") or {}).get("decode_metrics", True):
+        ``max_batches`` batches), with sacreBLEU's signatures; with
+        ``config.eval.bleu_length_edges`` (``python -m seqjax.evaluate --bleu_by_length``)
+        also ``bleu_by_length``: BLEU per source-length bucket (Bahdanau et al. 2015, Fig. 2;
+        ``text_metrics.bleu_by_length``)."""
+        evaluation = run.config.get("eval") or {}
+        if not evaluation.get("decode_metrics", True):
             return {}
-        from seqjax.tasks import seq2seq_decode
+        from seqjax.tasks import seq2seq_decode, text_metrics
 
-        return seq2seq_decode.split_scores(run, params, self.translate_fn(run), split,
-                                           max_batches=max_batches)  # fmt: skip
+        fn, edges = self.translate_fn(run), evaluation.get("bleu_length_edges")
+        if not edges:
+            return seq2seq_decode.split_scores(run, params, fn, split, max_batches=max_batches)
+        triple = seq2seq_decode.split_translations(run, params, fn, split, max_batches=max_batches)
+        sources, hyps, refs = triple
+        out = text_metrics.corpus_scores(hyps, refs)
+        out["bleu_by_length"] = text_metrics.bleu_by_length(sources, hyps, refs, list(edges))
+        return out
 
     def check_sample_inputs(self, run, prompt: str, length: int) -> None:
         from seqjax.tasks import inputs
@@ -225,6 +236,12 @@ class Seq2Seq(base.Task):
 
     def describe_sample(self, prompt: str, text: str) -> str:
         return f"{prompt}\n=> {text}"
+
+
+def start_id(model) -> int:
+    """The decoder's first input: the model config's ``decoder_start_id`` (a checkpoint's
+    ``decoder_start_token_id``), else seqjax's 0 (the pad id)."""
+    return int(getattr(getattr(model, "cfg", None), "decoder_start_id", 0))
 
 
 class _ShapeInfo:
@@ -256,7 +273,9 @@ class PackedSeq2Seq(Seq2Seq):
         del memory
         rngs = {"dropout": rng} if train else {}
         seg_BT = batch["target_segment_ids"]
-        decoder_inputs_BT = shift_right(batch["targets"]) * (shift_right(seg_BT) == seg_BT)
+        start = start_id(model)  # at every example's start
+        decoder_inputs_BT = jnp.where(shift_right(seg_BT) == seg_BT,
+                                      shift_right(batch["targets"], start), start)  # fmt: skip
         packed = {k: batch[k] for k in ("segment_ids", "positions", "target_segment_ids",
                                         "target_positions")}  # fmt: skip
         logits_BTV = model.apply(

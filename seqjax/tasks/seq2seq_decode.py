@@ -58,6 +58,7 @@ def make_translate_fn(
     # A model whose decoder state is its cache (an RNN) says so (``always_cached``).
     own = getattr(model, "always_cached", False)
     cached = (own or uses_cache(model_cfg)) and not force_recompute
+    start_id = int(getattr(model_cfg, "decoder_start_id", 0))  # a checkpoint's, else pad 0
 
     def translate(params, source_BS):
         b, s = source_BS.shape
@@ -83,8 +84,9 @@ def make_translate_fn(
                 return logits_NV, {"buf_NT": buf_NT, "i": i + 1}
 
         seqs_BKT, scores_BK = decoding.beam_search(
-            step_fn, cache, batch_size=b, beam_size=k, max_len=t, eos_id=eos_id, alpha=alpha
-        )
+            step_fn, cache, batch_size=b, beam_size=k, max_len=t, eos_id=eos_id, alpha=alpha,
+            start_id=start_id,
+        )  # fmt: skip
         return seqs_BKT[:, 0], scores_BK[:, 0]
 
     return jax.jit(translate)
@@ -137,11 +139,22 @@ def _local_rows(x) -> np.ndarray:
 
 
 def split_scores(run, params, fn, split: str, *, max_batches: int = 0) -> dict:
-    """BLEU/chrF of beam search over ``split`` (every process decodes its rows of each
-    global batch; the hypotheses are gathered across processes once, at the end).
+    """BLEU/chrF of beam search over ``split`` (``split_translations``)."""
+    from seqjax.tasks import text_metrics
 
-    References are the split's raw target strings where the data set has them
-    (``seqjax.data.references``: translation), else the decoded targets (copy/reverse).
+    _, hypotheses, references = split_translations(run, params, fn, split, max_batches=max_batches)
+    return text_metrics.corpus_scores(hypotheses, references)
+
+
+def split_translations(run, params, fn, split: str, *, max_batches: int = 0) -> tuple:
+    """``(sources, hypotheses, references)`` of beam search over ``split`` (or its first
+    ``max_batches`` batches), strings in the split's order (every process decodes its rows of
+    each global batch; the hypotheses are gathered across processes once, at the end). A
+    source longer than ``data.max_source_len`` is decoded from its first ids (the data's
+    evaluation rows) but returned whole.
+
+    Sources and references are the split's raw strings where the data set has them
+    (``seqjax.data.references``: translation), else the decoded rows (copy/reverse).
     """
     import copy
 
@@ -149,7 +162,6 @@ def split_scores(run, params, fn, split: str, *, max_batches: int = 0) -> dict:
 
     from seqjax import data as data_lib
     from seqjax.models import sharding_rules
-    from seqjax.tasks import text_metrics
 
     config = run.config
     data_cfg = copy.deepcopy(config.data)
@@ -158,7 +170,7 @@ def split_scores(run, params, fn, split: str, *, max_batches: int = 0) -> dict:
     it = data_lib.make(data_cfg, split=split, process_index=jax.process_index(),
                        process_count=jax.process_count(), train=False)  # fmt: skip
     total = it.num_steps if not max_batches else min(max_batches, it.num_steps)
-    hyps, targets, real = [], [], []
+    hyps, targets, srcs, real = [], [], [], []
     bar = tqdm(total=total, desc=f"decode {split}", leave=False, dynamic_ncols=True,
                disable=jax.process_index() != 0 or not sys.stderr.isatty())  # fmt: skip
     try:
@@ -170,21 +182,22 @@ def split_scores(run, params, fn, split: str, *, max_batches: int = 0) -> dict:
                 tokens_BT, _ = fn(params, batch["inputs"])
                 hyps.append(_local_rows(tokens_BT))
                 targets.append(local["targets"])
+                srcs.append(local["inputs"])
                 real.append(local["weights"].sum(-1) > 0)
                 bar.update(1)
     finally:
         bar.close()
         it.close()
-    local_hyps, local_tgts, local_real = (np.stack(x) for x in (hyps, targets, real))
+    local = tuple(np.stack(x) for x in (hyps, targets, srcs, real))
     if jax.process_count() > 1:  # [nb, b, ...] per process -> [P, nb, b, ...] -> global order
-        gathered = multihost_utils.process_allgather((local_hyps, local_tgts, local_real))
-        local_hyps, local_tgts, local_real = (np.swapaxes(g, 0, 1) for g in gathered)
-    hyp_rows = local_hyps.reshape(-1, local_hyps.shape[-1])
-    tgt_rows = local_tgts.reshape(-1, local_tgts.shape[-1])
-    keep = local_real.reshape(-1)
+        local = tuple(np.swapaxes(g, 0, 1) for g in multihost_utils.process_allgather(local))
+    hyp_rows, tgt_rows, src_rows = (x.reshape(-1, x.shape[-1]) for x in local[:3])
+    keep = local[3].reshape(-1)
     hypotheses = [run.info.decode(r) for r, k in zip(hyp_rows, keep) if k]
     try:
         references = data_lib.references(data_cfg, split)[: len(hypotheses)]
-    except ValueError:  # no raw strings (synthetic data): the targets themselves
+        sources = data_lib.references(data_cfg, split, side="source")[: len(hypotheses)]
+    except ValueError:  # no raw strings (synthetic data): the rows themselves
         references = [run.info.decode(r) for r, k in zip(tgt_rows, keep) if k]
-    return text_metrics.corpus_scores(hypotheses, references)
+        sources = [run.info.decode(r) for r, k in zip(src_rows, keep) if k]
+    return sources, hypotheses, references

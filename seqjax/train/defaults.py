@@ -107,6 +107,9 @@ def optimizer() -> ml_collections.ConfigDict:
             "min_dim_size_to_factor": 128,  # factor second moments of dims >= this
         }
     )
+    # Parameter-path prefixes whose updates are 0 (optax.multi_transform + set_to_zero), e.g.
+    # ("encoder",) for feature-based transfer; a prefix matching nothing is an error.
+    c.freeze = ()
     c.grad_clip_norm = 1.0  # clip gradients to this global norm (0 = no clipping)
     # Split each global batch into this many sequential micro-batches (same update, less
     # memory); data.batch_size / (mesh.data * mesh.fsdp) must be divisible by it.

@@ -158,7 +158,7 @@ def plan(saved: dict, abstract_params: dict, value) -> dict:
             name = "/".join(path)
             raise _bad(value, f"has parameter {name} of shape {have}, but this model's is "
                        f"{want}; use the pre-training run's config.model sizes")  # fmt: skip
-    if not load or EMBEDDING not in saved:
+    if not load or (EMBEDDING in target and EMBEDDING not in saved):  # (ELMo: char CNN)
         raise _bad(value, "is a run of another architecture: it has no encoder/embed/embedding "
                    f"(its {len(saved)} parameters include "
                    f"{'/'.join(next(iter(sorted(saved)), ('none',)))}); init_from takes a "
@@ -174,23 +174,59 @@ def plan(saved: dict, abstract_params: dict, value) -> dict:
 
 def start(run, value, workdir=None) -> dict:
     """The initial state of a run with ``config.init_from=value``: a Hugging Face folder's
-    parameters (``hf:<folder>``, ``seqjax.train.hf_start``) or a seqjax run's encoder."""
+    parameters (``hf:<folder>``, ``seqjax.train.hf_start``) or a seqjax run's encoder; a task
+    with ``init_from_subtree`` (distillation's teacher) loads the whole model there instead
+    (``start_subtree``)."""
+    if getattr(run.task, "init_from_subtree", None):
+        return start_subtree(run, value, workdir)
     if hf_start.is_hf(value):
         return hf_start.params(run, value, workdir)
     return apply(run, value, workdir)
 
 
-def apply(run, value, workdir=None) -> dict:
-    """``run.init()`` with the encoder of checkpoint ``value`` grafted into its ``params``
-    (every check runs before the initialisation compiles)."""
-    state_dir, step = resolve(value)
-    check_vocabulary(value, state_dir, run.config.get("data"))
-    saved = _saved_params(value, state_dir)
-    graft = plan(saved, run.abstract["params"], value)
-    flat_abstract = traverse_util.flatten_dict(run.abstract["params"])
-    replicated = NamedSharding(run.mesh, PartitionSpec())
+def start_subtree(run, value, workdir=None) -> dict:
+    """``run.init()`` with every parameter of the model under ``run.task.init_from_subtree``
+    loaded from ``value`` (a seqjax run's whole model, or ``hf:<folder>``), then
+    ``run.task.after_init_from(run.model, params)``. Every parameter of the subtree must be
+    in the checkpoint with its shape (one sentence naming the first that is not); checkpoint
+    parameters outside it (a next-sentence head) are left unused."""
+    sub = run.task.init_from_subtree
+    flat_abstract = traverse_util.flatten_dict(run.abstract["params"][sub])
+    if hf_start.is_hf(value):
+        from seqjax import convert
+
+        have = traverse_util.flatten_dict(convert.load(hf_start.folder_of(value)).params)
+        step = None
+    else:
+        state_dir, step = resolve(value)
+        check_vocabulary(value, state_dir, run.config.get("data"))
+        have = _saved_params(value, state_dir)
+    for path, leaf in sorted(flat_abstract.items()):
+        got = tuple(have[path].shape) if path in have else None
+        if got != tuple(leaf.shape):
+            raise _bad(value, f"holds {'/'.join(path)} as {got or 'nothing'}, but this model's "
+                       f"{sub}/{'/'.join(path)} is {tuple(leaf.shape)}; use the checkpoint's "
+                       "config.model sizes")  # fmt: skip
+    if hf_start.is_hf(value):
+        loaded = {p: jax.device_put(have[p].astype(a.dtype), a.sharding)
+                  for p, a in flat_abstract.items()}  # fmt: skip
+    else:
+        loaded = _restore(value, state_dir, have, {p: None for p in flat_abstract}, flat_abstract)
+    state = run.init()
+    params = {**state["params"], sub: traverse_util.unflatten_dict(loaded)}
+    params = run.task.after_init_from(run.model, params)
+    graft = {"load": {p: None for p in flat_abstract}, "unused": sorted(set(have) - set(loaded)),
+             "new": []}  # fmt: skip
+    _report(graft, value, -1 if step is None else step, workdir)
+    return {**state, "params": params}
+
+
+def _restore(value, state_dir: str, saved: dict, load: dict, flat_abstract: dict) -> dict:
+    """``{path: array}`` of the paths ``load`` (``{path: rows or None}``) restored from the
+    checkpoint ``state_dir`` (an Orbax partial restore), placed like ``flat_abstract``'s."""
+    replicated = NamedSharding(next(iter(flat_abstract.values())).sharding.mesh, PartitionSpec())
     item, restore_args = {}, {}
-    for path, rows in graft["load"].items():
+    for path, rows in load.items():
         meta, target = saved[path], flat_abstract[path]
         sharding = target.sharding if rows is None else replicated
         item[path] = jax.ShapeDtypeStruct(tuple(meta.shape), target.dtype, sharding=sharding)
@@ -208,7 +244,19 @@ def apply(run, value, workdir=None) -> dict:
             )
     except Exception as e:
         raise _bad(value, f"is a damaged checkpoint ({checkpoint._reason(e)})") from None
-    flat = traverse_util.flatten_dict(restored["params"])
+    return traverse_util.flatten_dict(restored["params"])
+
+
+def apply(run, value, workdir=None) -> dict:
+    """``run.init()`` with the encoder of checkpoint ``value`` grafted into its ``params``
+    (every check runs before the initialisation compiles)."""
+    state_dir, step = resolve(value)
+    check_vocabulary(value, state_dir, run.config.get("data"))
+    saved = _saved_params(value, state_dir)
+    graft = plan(saved, run.abstract["params"], value)
+    flat_abstract = traverse_util.flatten_dict(run.abstract["params"])
+    flat = _restore(value, state_dir, saved, graft["load"], flat_abstract)
+    nest = traverse_util.unflatten_dict
     state = run.init()
     params = traverse_util.flatten_dict(state["params"])
     for path, rows in graft["load"].items():

@@ -39,6 +39,15 @@
   ``scale``, or the classifier's ``cls`` vector (nor any other parameter of fewer than 2 dims);
 - ``all``: every parameter (LRA: Flax's ``optim.Adam`` had no mask);
 - ``none``: no parameter (then ``weight_decay`` must be 0).
+
+**Frozen parameters** (``optimizer.freeze``): a list of parameter-path prefixes such as
+``("encoder",)`` or ``("teacher", "encoder/block_0")`` (paths are the parameters' dict keys
+joined by ``/``; a prefix matches a path equal to it or starting with it and ``/``). Their
+updates are zero and they keep no optimizer state: ``optax.multi_transform`` sends them to
+``optax.set_to_zero`` and everything else to the optimizer above (its clipping, decay and
+moments see only the trained parameters). Feature-based transfer (Devlin et al. 2019 §5.3:
+a frozen pre-trained BERT under a new head) and distillation's teacher use it. A prefix that
+matches no parameter is an error (a typo would silently train everything).
 """
 
 from __future__ import annotations
@@ -49,6 +58,7 @@ import math
 import jax
 import jax.numpy as jnp
 import optax
+from flax.core import meta
 
 from seqjax.train import defaults
 
@@ -205,12 +215,61 @@ def _base(opt, schedule):
     raise ValueError(f"config.optimizer.name={name!r} is invalid; valid: {NAMES}")
 
 
-def make_optimizer(opt, num_steps: int):
+def _path_text(path) -> str:
+    """``encoder/block_0/attn/kernel`` of a parameter path (a boxed leaf's ``.value`` and any
+    other non-dict entry skipped)."""
+    return "/".join(str(e.key) for e in path if isinstance(e, jax.tree_util.DictKey))
+
+
+def _under(text: str, prefix: str) -> bool:
+    prefix = prefix.strip("/")
+    return text == prefix or text.startswith(prefix + "/")
+
+
+def freeze_labels(prefixes):
+    """``params -> {"frozen", "train"} pytree`` for ``optax.multi_transform``: "frozen" where
+    the parameter path is under one of ``prefixes`` (``optimizer.freeze``).
+
+    Raises:
+      ValueError: a prefix matches no parameter (raised when the optimizer state is first
+        built from the parameters' shapes, before anything compiles).
+    """
+    prefixes = tuple(str(p) for p in prefixes)
+
+    def labels(params):
+        # A logically boxed parameter is one label (optax then masks the whole box).
+        leaves = jax.tree_util.tree_flatten_with_path(params, is_leaf=_is_box)[0]
+        texts = [_path_text(path) for path, _ in leaves]
+        for prefix in prefixes:
+            if not any(_under(t, prefix) for t in texts):
+                tops = sorted({t.split("/")[0] for t in texts})
+                raise ValueError(
+                    f"config.optimizer.freeze entry {prefix!r} matches no parameter; valid: "
+                    f"path prefixes such as {', '.join(repr(t) for t in tops)}"
+                )
+        return jax.tree_util.tree_map_with_path(
+            lambda path, _: (
+                "frozen" if any(_under(_path_text(path), p) for p in prefixes) else "train"
+            ),
+            params,
+            is_leaf=_is_box,
+        )
+
+    return labels
+
+
+def _is_box(x) -> bool:
+    return isinstance(x, meta.AxisMetadata)
+
+
+def make_optimizer(opt, num_steps: int, also_freeze=()):
     """Optional global-norm clipping, then the optimizer ``opt.name`` on its schedule.
 
     Args:
       opt: ``config.optimizer``.
       num_steps: ``config.train.num_steps`` (where the decaying schedules end).
+      also_freeze: prefixes frozen besides ``opt.freeze`` (a model family's own
+        ``Family.frozen`` subtrees: feature-based transfer).
 
     Returns:
       ``(optax.GradientTransformation, schedule)``.
@@ -223,6 +282,11 @@ def make_optimizer(opt, num_steps: int):
     clip_norm = float(_get(opt, "grad_clip_norm"))
     if clip_norm > 0:
         tx = optax.chain(optax.clip_by_global_norm(clip_norm), tx)
+    frozen = tuple(dict.fromkeys((*(_get(opt, "freeze") or ()), *also_freeze)))
+    if frozen:
+        tx = optax.multi_transform(
+            {"train": tx, "frozen": optax.set_to_zero()}, freeze_labels(frozen)
+        )
     logging.info("optimizer: %s", describe(opt, num_steps))
     return tx, schedule
 
@@ -250,7 +314,9 @@ def describe(opt, num_steps: int) -> str:
         shape = f"peak {lr:g}, warmup {warmup}"
     clip = float(_get(opt, "grad_clip_norm"))
     clip_text = f", clip global norm {clip:g}" if clip > 0 else ", no clipping"
-    return f"{name}({args}, {decay}) on {sched}({shape}){clip_text}"
+    frozen = tuple(_get(opt, "freeze") or ())
+    frozen_text = f", frozen: {', '.join(frozen)}" if frozen else ""
+    return f"{name}({args}, {decay}) on {sched}({shape}){clip_text}{frozen_text}"
 
 
 # ---------------------------------------------------------------------------- recipes
@@ -309,6 +375,9 @@ def optimizer_problems(o) -> list[str]:
         bad("momentum", momentum, "0 <= momentum < 1 (0 = plain SGD)")
     if name == "sgd" and _get(o, "nesterov") and not momentum:
         bad("nesterov", True, "False when optimizer.momentum=0 (Nesterov needs momentum)")
+    freeze = _get(o, "freeze")
+    if isinstance(freeze, str) or not all(isinstance(p, str) and p.strip("/") for p in freeze):
+        bad("freeze", freeze, "a list of parameter-path prefixes such as ('encoder',)")
     if name == "adafactor":
         for field, ok, valid in (
             ("decay_rate", lambda v: 0.0 < v <= 1.0, "0 < rate <= 1"),

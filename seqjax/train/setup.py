@@ -19,7 +19,9 @@ from seqjax import console, tasks
 from seqjax import data as data_lib
 from seqjax.data import pipeline
 from seqjax.models import memory
+from seqjax.models import registry as model_registry
 from seqjax.models.transformer import TransformerConfig
+from seqjax.tasks import model_build
 from seqjax.train import (
     checkpoint,
     config_validation,
@@ -91,6 +93,10 @@ def build(config, *, validate: bool = True) -> Run:
     """Validates ``config`` (before anything compiles) and builds the job's pieces."""
     extensions.import_modules(config.get("imports") or ())  # extension mechanisms, tasks
     hf_start.fill(config)  # init_from=hf:<folder>: its family, shape and vocabulary
+    try:  # the family's requests of the data (ELMo: each token's characters)
+        model_build.fill_data_needs(config)
+    except ValueError as e:
+        raise config_validation.ConfigError(str(e)) from None
     if validate:
         config_validation.validate(config)
     mesh = sharding.make_mesh(config.mesh)
@@ -101,7 +107,10 @@ def build(config, *, validate: bool = True) -> Run:
     model_cfg = task.model_config(config, info)
     rec = memory.recurrence(config)
     model = task.build_model(config, model_cfg)
-    tx, schedule = optim.make_optimizer(config.optimizer, config.train.num_steps)
+    frozen = model_registry.for_model_config(model_cfg).frozen  # feature-based transfer
+    tx, schedule = optim.make_optimizer(
+        config.optimizer, config.train.num_steps, also_freeze=frozen(model_cfg) if frozen else ()
+    )
     input_shapes = task.init_shapes(config, info)
     memory_batch = int(config.data.batch_size) if rec else 0
     abstract, _, init = state.create_state(

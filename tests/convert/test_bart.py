@@ -73,3 +73,21 @@ def test_bart_export_loads_in_transformers(bart, tmp_path):
 def test_position_offset_needs_learned_positions():
     with pytest.raises(ValueError, match="model.position_offset=2"):
         EncoderDecoderConfig(vocab_size=hf.V, position_offset=2, positional="sinusoidal")
+
+
+def test_bart_masks_its_own_pad_id_not_bos(bart):
+    """Real BART inputs start with ``<s>`` (id 0) and pad with id 1: the import masks id 1
+    (``pad_token_id``), keeps id 0, and starts the decoder from ``decoder_start_token_id``."""
+    model, imp = bart
+    assert (imp.config.pad_id, imp.config.decoder_start_id) == (1, 2)
+    src, tgt = _inputs()
+    src[:, 0] = 0  # <s>
+    src[1, -4:] = 1  # right padding
+    tgt[:, 0] = 2  # decoder start
+    mask = (src != 1).astype(np.int64)
+    with torch.no_grad():
+        out = model(input_ids=torch.from_numpy(src.astype(np.int64)),
+                    attention_mask=torch.from_numpy(mask),
+                    decoder_input_ids=torch.from_numpy(tgt.astype(np.int64)))  # fmt: skip
+    theirs = out.logits.numpy()
+    hf.assert_close(_ours(imp, imp.params, src, tgt), theirs)

@@ -26,12 +26,13 @@ TEXT = (
 ) * 40
 
 
-def _folder(tmp_path, model, special=("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")):
-    """``model`` saved with a WordPiece tokenizer of at most ``hf.V`` ids trained on TEXT."""
+def _folder(tmp_path, model, special=("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"), text=TEXT):
+    """``model`` saved with a WordPiece tokenizer of at most ``hf.V`` ids trained on
+    ``text``."""
     tok = tokenizers.Tokenizer(tokenizers.models.WordPiece(unk_token="[UNK]"))
     tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
     trainer = tokenizers.trainers.WordPieceTrainer(vocab_size=hf.V, special_tokens=list(special))
-    tok.train_from_iterator(TEXT.splitlines(), trainer)
+    tok.train_from_iterator(text.splitlines(), trainer)
     assert tok.get_vocab_size() <= hf.V
     folder = tmp_path / "hf"
     hf.save(model, folder)
@@ -121,22 +122,26 @@ def test_a_missing_folder_is_one_sentence_before_data(tmp_path):
     assert not (tmp_path / "tfds").exists()
 
 
-def test_bert_folder_fine_tunes_on_imdb_from_the_command_line(tmp_path):
-    """BERT's encoder from the folder, a new classifier head: ``transformers``' encoder and
-    the run's initial head (rebuilt from its saved config: the same seed) give the reference
-    loss of the first batch."""
+@pytest.mark.parametrize("roberta", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_bert_folder_fine_tunes_on_imdb_from_the_command_line(tmp_path, roberta):
+    """BERT's (RoBERTa's) encoder from the folder, a new classifier head: ``transformers``'
+    encoder and the run's initial head (rebuilt from its saved config: the same seed) give
+    the reference loss of the first batch. RoBERTa pads with id 1: the reviews are padded
+    with it, and its positions count the non-pad tokens (``transformers``' own)."""
     from seqjax import data as data_lib
     from seqjax.train import setup
-    from tests.data.test_imdb_subword import _tarball
+    from tests.data.test_imdb_subword import WORDS, _tarball
 
-    model = hf.bert()
-    folder = _folder(tmp_path, model)
+    model = hf.bert(roberta=roberta)
+    order = (1, 0) if roberta else (0, 1)  # RoBERTa's [PAD] is id 1
+    special = tuple(("[PAD]", "[UNK]")[i] for i in order) + ("[CLS]", "[SEP]", "[MASK]")
+    folder = _folder(tmp_path, model, special, text=" ".join(WORDS) + "\n")  # short reviews
     manual = tmp_path / "imdb"
     manual.mkdir()
     _tarball(manual / "aclImdb_v1.tar.gz")
     out = _main(
         tmp_path, f"--config.init_from=hf:{folder}", "--config.data.name=imdb_bytes",
-        f"--config.data.manual_dir={manual}", "--config.data.max_len=16",
+        f"--config.data.manual_dir={manual}", "--config.data.max_len=40",
         "--config.model.pooling=mean", "--config.data.accept_checksum_mismatch=True",
         config="configs/lra_text.py:smoke", warmup=1,
     )  # fmt: skip
@@ -155,9 +160,12 @@ def test_bert_folder_fine_tunes_on_imdb_from_the_command_line(tmp_path):
     state = hf_start.params(run, config.init_from)
     p = {k: np.array(v) for k, v in _flat(state["params"]).items()}
     x = torch.from_numpy(np.asarray(batch["inputs"], np.int64))
-    keep = x != 0
+    pad = model.config.pad_token_id
+    assert (x == pad).any() and (x[:, 0] != pad).all()  # right padding with the pad id
+    keep = x != pad
+    encoder = model.roberta if roberta else model.bert
     with torch.no_grad():
-        h = model.bert(input_ids=x, attention_mask=keep.long()).last_hidden_state
+        h = encoder(input_ids=x, attention_mask=keep.long()).last_hidden_state
         w = keep.float()[..., None]
         pooled = (h * w).sum(1) / w.sum(1).clamp(min=1.0)
         z = torch.nn.functional.gelu(

@@ -73,7 +73,9 @@ def test_retrieval_standin_smoke(tmp_path, shared_data):
     (row,) = payload["rows"]
     assert row["task"] == "retrieval" and "not AAN" in row["data"] and row["steps"] == 10
     n = row["test_examples"]
-    assert n > 1000  # the stand-in's whole test split
+    smoke = run.job_config("retrieval", "dense", "smoke", None)
+    # the smoke's test slice (``train.test_max_batches`` batches), not the whole split
+    assert n == int(smoke.train.test_max_batches) * int(smoke.data.batch_size)
     correct = row["test_accuracy"] / 100 * n
     assert correct == pytest.approx(round(correct), abs=1e-3)
     assert row["test_se"] == pytest.approx(
@@ -98,3 +100,12 @@ def test_standin_length_baseline(tmp_path):
     # equal lengths for true pairs: the length rule is far above chance but not perfect
     assert 60 < row["test_accuracy"] <= 100 and row["test_examples"] > 40
     assert (tmp_path / "standin_baseline.md").exists()
+
+
+@pytest.mark.parametrize("task", ["listops", "text", "retrieval", "image", "pathfinder"])
+def test_cpu_rows_test_the_whole_split(task):
+    """A cpu row loads its task's smoke variant, whose test evaluation is a two-batch slice:
+    the row must evaluate the whole test split (``train.test_max_batches = 0``)."""
+    run = load_script("lra_accuracy/run.py")
+    assert int(run.job_config(task, "bigbird", "cpu", None).train.test_max_batches) == 0
+    assert int(run.job_config(task, "bigbird", "smoke", None).train.test_max_batches) > 0

@@ -90,3 +90,36 @@ def test_corpus_scores_are_sacrebleus():
     assert got["bleu_signature"].startswith("nrefs:1|")
     with pytest.raises(ValueError, match="same examples"):
         text_metrics.corpus_scores(hyps, refs[:2])
+
+
+def test_bleu_by_length_buckets_are_corpus_bleu_of_their_sources():
+    import sacrebleu
+
+    sources = ["one", "a b c d e", "w " * 10, "w " * 9, "w " * 25, "x y"]  # 1,5,10,9,25,2 words
+    hyps = ["the cat sat", "a file was found", "xyz abc", "no such file", "it is open", "b"]
+    refs = ["the cat sat down", "the file was not found", "xyz", "no such file", "it is", "b"]
+    got = text_metrics.bleu_by_length(sources, hyps, refs, [0, 5, 10, 20, 40])
+    assert [(b["lo"], b["hi"], b["count"]) for b in got] == [
+        (0, 5, 2), (5, 10, 2), (10, 20, 1), (20, 40, 1), (40, None, 0)
+    ]  # fmt: skip
+    members = [[0, 5], [1, 3], [2], [4]]  # a length equal to an edge opens the next bucket
+    for bucket, idx in zip(got, members):
+        want = sacrebleu.corpus_bleu([hyps[i] for i in idx], [[refs[i] for i in idx]]).score
+        assert bucket["bleu"] == pytest.approx(want)
+    assert got[-1]["bleu"] is None
+    assert text_metrics.bleu_by_length(sources, hyps, refs, [3])[0]["count"] == 4  # 5,10,9,25
+    with pytest.raises(ValueError, match="same examples"):
+        text_metrics.bleu_by_length(sources, hyps, refs[:2], [0])
+    for edges in ([], [0, 10, 10], [5, 3], [-1, 2], [0.5]):
+        with pytest.raises(ValueError, match="edges"):
+            text_metrics.bleu_by_length(sources, hyps, refs, edges)
+
+
+@pytest.mark.parametrize("text", ["10,5", "0,x", "", "-1,3"])
+def test_evaluate_cli_length_edges_bad_input_is_one_sentence(text):
+    from seqjax import evaluate
+    from seqjax.tasks import inputs
+
+    with pytest.raises(inputs.InputError, match=f"--bleu_by_length={text}; valid: "):
+        evaluate._length_edges(text)
+    assert evaluate._length_edges("0,10,20") == (0, 10, 20)

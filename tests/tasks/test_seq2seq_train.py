@@ -163,11 +163,26 @@ def test_translate_and_evaluate_from_the_workdir(mt, reference):
     assert proc.stdout.strip().splitlines() == [result["sample"].strip()] or (
         proc.stdout.strip() == result["sample"].strip()
     )
-    proc = _tool("seqjax.evaluate", f"--workdir={workdir}", "--split=test", mt=mt)
+    proc = _tool("seqjax.evaluate", f"--workdir={workdir}", "--split=test",
+                 "--bleu_by_length=0,4", mt=mt)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     np.testing.assert_allclose(out["bleu"], result["test"]["bleu"], rtol=1e-6)
     assert out["bleu_signature"] == result["test"]["bleu_signature"]
+    # BLEU per source-length bucket (words): [0, 4) and [4, inf), every test pair in one.
+    buckets = out["bleu_by_length"]
+    assert [(b["lo"], b["hi"]) for b in buckets] == [(0, 4), (4, None)]
+    assert all(b["count"] > 0 and 0.0 <= b["bleu"] <= 100.0 for b in buckets), buckets
+    assert sum(b["count"] for b in buckets) == len(_test_sources(mt))
+
+
+def _test_sources(mt) -> list[str]:
+    """The English strings of the test split (``seqjax.data.translation.heldout_split``)."""
+    from seqjax.data.translation import heldout_split
+
+    with gzip.open(mt["path"], "rt", encoding="utf-8") as f:
+        english = [json.loads(line)["en"] for line in f]
+    return [e for e in english if heldout_split(e, 0.02) == "test"]
 
 
 @pytest.mark.parametrize(

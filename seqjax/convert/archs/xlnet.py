@@ -3,6 +3,10 @@
 
 Read: ``XLNetLMHeadModel`` and ``XLNetModel`` (a bare encoder: the LM bias is initialised;
 the output layer is always the tied token table). Written: ``XLNetLMHeadModel``.
+``XLNetForSequenceClassification`` (read and written, architecture ``xlnet_classifier``) <->
+``XLNetClassifier``: the sequence summary of XLNet's §3.3 (``summary_type="last"``, a
+projection to ``d_model`` and tanh: ``sequence_summary.summary`` -> ``summary``) and
+``logits_proj``; ``num_labels`` is the length of ``id2label``.
 Layouts: XLNet already stores its attention kernels ``[E, H, D]`` (``o`` included, used as
 ``[E, H, D]`` on the way out), as seqjax's module does; ``mask_emb`` is ``[1, 1, E]`` there
 and ``[E]`` here. Only ``attn_type="bi"`` without ``bi_data`` is read.
@@ -13,6 +17,7 @@ from __future__ import annotations
 from seqjax.convert import mapping, registry
 
 HF_NAMES = ("XLNetLMHeadModel", "XLNetModel")
+CLS_NAME = "XLNetForSequenceClassification"
 
 
 def xlnet_config(hf: dict, max_len=None):
@@ -100,6 +105,51 @@ def xlnet_rules(cfg, prefix=None, tensors=None) -> list:
     return rs
 
 
+def classifier_config(hf: dict, max_len=None):
+    """``config.json`` of an ``XLNetForSequenceClassification`` -> ``XLNetConfig`` with
+    ``num_labels`` (one sentence for a summary other than XLNet's own)."""
+    import dataclasses
+
+    want = {"summary_type": "last", "summary_use_proj": True, "summary_activation": "tanh"}
+    for key, value in want.items():
+        if hf.get(key, value) != value:
+            raise ValueError(
+                f"config.json {key}={hf.get(key)!r} is not supported; valid: {value!r}"
+            )
+    if hf.get("summary_proj_to_labels", False):
+        raise ValueError("config.json summary_proj_to_labels=True is not supported; valid: false")
+    labels = hf.get("id2label") or {}
+    num_labels = len(labels) or int(hf.get("num_labels", 2))
+    return dataclasses.replace(xlnet_config(hf, max_len), num_labels=num_labels)
+
+
+def classifier_hf_config(cfg) -> dict:
+    """``XLNetConfig`` (``num_labels > 0``) -> ``config.json`` of an
+    ``XLNetForSequenceClassification``."""
+    labels = {str(i): f"LABEL_{i}" for i in range(cfg.num_labels)}
+    return {
+        **xlnet_hf_config(cfg), "architectures": [CLS_NAME], "id2label": labels,
+        "label2id": {v: int(k) for k, v in labels.items()}, "summary_type": "last",
+        "summary_use_proj": True, "summary_activation": "tanh",
+        "summary_last_dropout": cfg.dropout_rate,
+    }  # fmt: skip
+
+
+def classifier_rules(cfg, prefix=None, tensors=None) -> list:
+    """The encoder's rules (no LM bias) and the summary and output projections."""
+    rs = [r for r in xlnet_rules(cfg, prefix, tensors) if r.sx[0][0] == "encoder"]
+    for sx, hf in (("summary", "sequence_summary.summary"), ("logits_proj", "logits_proj")):
+        rs.append(mapping.linear((sx, "kernel"), f"{hf}.weight"))
+        rs.append(mapping.copy((sx, "bias"), f"{hf}.bias"))
+    return rs
+
+
+def make_classifier(cfg):
+    from seqjax.models.xlnet import XLNetClassifier
+
+    return XLNetClassifier(cfg)
+
+
 def make_model(cfg):
     from seqjax.models.xlnet import XLNet
 
@@ -117,7 +167,29 @@ XLNET = registry.register(
         make_model=make_model,
         prefix_anchor="word_embedding.weight",
         optional=("lm_loss_bias",),
-        export_ignores=("implementation", "num_labels", "summary_activation", "pad_id"),
+        export_ignores=(
+            "implementation",
+            "num_labels",
+            "summary_activation",
+            "pad_id",
+            "generate_order",
+        ),
+        family="xlnet",
+    )
+)
+
+
+XLNET_CLASSIFIER = registry.register(
+    registry.Architecture(
+        name="xlnet_classifier",
+        architectures=(CLS_NAME,),
+        model_type="xlnet",
+        config=classifier_config,
+        hf_config=classifier_hf_config,
+        rules=classifier_rules,
+        make_model=make_classifier,
+        prefix_anchor="word_embedding.weight",
+        export_ignores=("implementation", "summary_activation", "pad_id", "generate_order"),
         family="xlnet",
     )
 )
