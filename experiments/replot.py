@@ -63,6 +63,8 @@ PLOTS = [
     ("icl_study/run.py", "icl_study/results/results", "file"),
     ("iyyer_imdb/summarize.py", "iyyer_imdb/results/iyyer_imdb_cpu", "file"),
     ("bahdanau_fig2/evaluate.py", "bahdanau_fig2/results/bleu_by_length", "file"),
+    ("bart_noise_ablation/run.py", "bart_noise_ablation/results", "file"),
+    ("bart_noise_ablation/run.py", "bart_noise_ablation/long/results", "file"),
 ]
 
 

@@ -134,7 +134,10 @@ def default_config() -> ml_collections.ConfigDict:
     # own task), 'mlm' (BERT masked LM on pystdlib/text_file/enwik8/text8 windows of seq_len or
     # imdb_bytes/listops texts of max_len; task 'mlm', [MASK] id = the data's vocab size) or
     # 'span_corruption' (T5 on a corpus with vocab='sentencepiece': seq2seq batches of
-    # max_source_len/max_target_len, sentinel ids past the vocabulary).
+    # max_source_len/max_target_len, sentinel ids past the vocabulary); 'denoising' (BART's
+    # noises, seqjax/data/bart_noise.py: seq2seq batches noised document -> document) and
+    # 'sop' (ALBERT's sentence order + n-gram masking, seqjax/data/sop.py: task mlm_pair) on a
+    # corpus with vocab='bytes'/'chars'.
     c.objective = ""
     # objective='mlm': share of the real tokens chosen (80% [MASK] / 10% random / 10% unchanged).
     c.mlm_probability = 0.15
@@ -142,6 +145,17 @@ def default_config() -> ml_collections.ConfigDict:
     # are made per word (sentencepiece: a '▁' piece and its continuations; bytes/chars: runs
     # of non-space characters), so every piece of a chosen word is masked together.
     c.mlm_whole_word = False
+    # objective='denoising' (BART, seqjax/data/bart_noise.py): the noise, one of masking,
+    # deletion, infilling, permutation, rotation or several joined by '+' (e.g.
+    # 'infilling+permutation'); the share of words masked/deleted/infilled and the Poisson
+    # mean of the infilled span lengths (Lewis et al. 2020: 0.3 and 3.5).
+    c.noise = "infilling"
+    c.noise_ratio = 0.3
+    c.noise_lambda = 3.5
+    # objective='sop' (ALBERT, seqjax/data/sop.py): sentence-order pairs of a corpus's lines
+    # with n-gram masking of n <= sop_ngram words (P(n) ~ 1/n; Lan et al. 2020: 3) of
+    # mlm_probability of the tokens.
+    c.sop_ngram = 3
     # Pack several examples into each row (`seqjax.data.packing`: segment_ids, positions
     # restarting per example, efficiency logged): imdb_bytes/listops (classification, or
     # objective 'mlm' / 'lm') and the seq2seq sets; LM corpora are dense streams already.

@@ -46,10 +46,14 @@ OBJECTIVES = ("", "mlm", "span_corruption")
 OBJECTIVES += ("lm",)  # causal LM over the example texts of imdb_bytes/listops (packing.py)
 OBJECTIVES += ("plm",)  # XLNet's permutation LM over corpus windows (plm.py)
 OBJECTIVES += ("bilm",)  # ELMo's forward and backward LMs (bilm.py)
+OBJECTIVES += ("denoising",)  # BART's noises over corpus documents (bart_noise.py)
+OBJECTIVES += ("sop",)  # ALBERT's sentence order + n-gram masking over corpus windows (sop.py)
 # Registered objectives that make the masked-LM batches too (checked like 'mlm').
 MASKED_LM_READERS = ("distill",)  # seqjax.data.distill_data
 # The task (seqjax.tasks) whose batches each objective makes.
 TASK_OF = {"mlm": "mlm", "span_corruption": "seq2seq", "lm": "lm", "plm": "plm", "bilm": "bilm"}
+TASK_OF["denoising"] = "seq2seq"
+TASK_OF["sop"] = "mlm_pair"
 
 
 def _example_texts() -> tuple[str, ...]:  # 'lm' and 'mlm' read their example texts
@@ -185,7 +189,8 @@ def mlm_problems(cfg) -> list[tuple[str, object, str]]:
     masked = objective == "mlm" or objective in MASKED_LM_READERS
     if objective not in OBJECTIVES and registry.objective(objective) is None:
         problems.append(("objective", objective, "'' (the data set's own task), 'mlm', "
-                         "'span_corruption', 'lm', 'plm' or 'bilm'"))  # fmt: skip
+                         "'span_corruption', 'lm', 'plm', 'bilm', 'denoising' or "
+                         "'sop'"))  # fmt: skip
     if objective == "lm" and cfg.get("name") not in _example_texts():
         problems.append(("objective", objective, "'' for this data set (an LM corpus is the "
                          "LM task already); 'lm' reads the example texts of "
@@ -221,6 +226,14 @@ def mlm_problems(cfg) -> list[tuple[str, object, str]]:
         from seqjax.data import plm
 
         problems += plm.problems(cfg)
+    if objective == "denoising":
+        from seqjax.data import bart_noise
+
+        problems += bart_noise.problems(cfg)
+    if objective == "sop":
+        from seqjax.data import sop
+
+        problems += sop.problems(cfg)
     return problems
 
 

@@ -42,6 +42,8 @@ BUILTIN = (
     "seqjax.data.seq2seq",
     "seqjax.data.plm",
     "seqjax.data.bilm",
+    "seqjax.data.bart_noise",
+    "seqjax.data.sop",
 )
 BUILTIN += ("seqjax.data.distill_data", "seqjax.data.finetune_data", "seqjax.data.gpt1_data")
 

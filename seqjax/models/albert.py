@@ -170,13 +170,15 @@ class AlbertLM(nn.Module):
 
 def albert_from_needs(config, info, needs) -> AlbertConfig:
     """The ``albert`` family's ``build_config``: ``config.model`` (``model_block("albert")``)
-    with the data's vocabulary and padding id; a masked LM (the mlm task) only."""
-    del needs
+    with the data's vocabulary and padding id; a masked LM (the mlm task), with the
+    sentence-order head for the ``mlm_pair`` task (``data.objective='sop'``)."""
     from seqjax.models import from_config, registry
 
     m = config.model
+    pair = {"pair_head": True} if getattr(needs, "task", None) == "mlm_pair" else {}
     return registry.dataclass_from_block(
         AlbertConfig, m, vocab_size=int(info.vocab_size), pad_id=info.pad_id, causal=False,
+        **pair,
         adaptive=False,  # config.model.adaptive is the shared block (enabled=False)
         attention=attention_cycle(m.attention, from_config.attention_options(config)),
     )  # fmt: skip
@@ -210,7 +212,7 @@ def _register():
             doc="ALBERT: factorized embeddings, cross-layer sharing, sentence-order head",
             config_class=AlbertConfig,
             build_config=albert_from_needs,
-            modules={"mlm": _masked_lm},
+            modules={"mlm": _masked_lm, "mlm_pair": _masked_lm},
             from_data=FROM_DATA,
             hf_architectures=("AlbertForPreTraining", "AlbertForMaskedLM", "AlbertModel"),
             block_of=albert_block,

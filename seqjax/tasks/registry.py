@@ -26,6 +26,7 @@ BUILTIN += ("seqjax.tasks.bilm",)
 BUILTIN += ("seqjax.tasks.distill",)
 BUILTIN += ("seqjax.tasks.token_tasks",)
 BUILTIN += ("seqjax.tasks.gpt1_finetune",)
+BUILTIN += ("seqjax.tasks.mlm_pair",)
 
 
 def _load_builtin() -> None:
