@@ -64,6 +64,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     m.norm_position = "post"  # BART: post-LN, as BERT
     m.positional = "learned"
     m.share_embeddings = m.tie_embeddings = True
+    # BART's layout options (Lewis et al. 2020, as its checkpoints have them; seqjax.convert.bart):
+    # a LayerNorm on the embeddings, GELU, biased projections and a final logits bias. The
+    # committed noise-ablation study (``:study``) was measured without them and keeps that.
+    if not a["study"]:
+        m.layout = ml_collections.ConfigDict(dict(
+            embed_norm=True, activation="gelu", attention_bias=True, final_logits_bias=True,
+            norm_eps=1e-5,
+        ))  # fmt: skip
     m.dropout_rate = 0.0 if small else 0.1
     m.attention_dropout_rate = 0.0
 
