@@ -48,6 +48,14 @@ def _is_int(x, low: int) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and x >= low
 
 
+def _check_rates(m, bad, *fields) -> None:
+    """Each of ``model.<field>`` a number in [0, 1) (dropout rates)."""
+    for field in fields:
+        rate = m.get(field)
+        if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not 0 <= rate < 1:
+            bad(f"model.{field}", rate, "a number in [0, 1)")
+
+
 def _validate(config, bad) -> None:
     m = config.model
     if m.get("cell") not in rnn.CELLS:
@@ -55,9 +63,7 @@ def _validate(config, bad) -> None:
     for field, low in (("num_layers", 1), ("hidden_dim", 1), ("embed_dim", 0)):
         if not _is_int(m.get(field), low):
             bad(f"model.{field}", m.get(field), f"an integer >= {low}")
-    rate = m.get("dropout_rate")
-    if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not 0 <= rate < 1:
-        bad("model.dropout_rate", rate, "a number in [0, 1)")
+    _check_rates(m, bad, "dropout_rate")
     if m.get("pooling") not in POOLINGS:
         bad("model.pooling", m.get("pooling"), ", ".join(POOLINGS))
     if config.data.get("packing"):
@@ -107,9 +113,7 @@ def _validate_seq2seq(config, bad) -> None:
     if m.get("bidirectional_encoder") and _is_int(m.get("hidden_dim"), 2) and m.hidden_dim % 2:
         bad("model.hidden_dim", m.hidden_dim,
             "an even number with model.bidirectional_encoder (H/2 per direction)")  # fmt: skip
-    rate = m.get("dropout_rate")
-    if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not 0 <= rate < 1:
-        bad("model.dropout_rate", rate, "a number in [0, 1)")
+    _check_rates(m, bad, "dropout_rate")
     if _is_int(m.get("max_len"), 1) and int(d.get("max_source_len") or 0) > m.max_len:
         bad("data.max_source_len", d.max_source_len, f"<= model.max_len={m.max_len}")
     if d.get("packing"):
@@ -151,10 +155,7 @@ def _validate_baselines(config, bad) -> None:
                        ("num_filters", 1)):  # fmt: skip
         if not _is_int(m.get(field), low):
             bad(f"model.{field}", m.get(field), f"an integer >= {low}")
-    for field in ("word_dropout", "dropout_rate"):
-        rate = m.get(field)
-        if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not 0 <= rate < 1:
-            bad(f"model.{field}", rate, "a number in [0, 1)")
+    _check_rates(m, bad, "word_dropout", "dropout_rate")
     widths = m.get("filter_widths")
     if not widths or not all(_is_int(w, 1) for w in widths):
         bad("model.filter_widths", widths, "a non-empty tuple of integers >= 1 (Kim: 3, 4, 5)")
